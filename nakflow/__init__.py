@@ -1,0 +1,80 @@
+"""nakflow: NAK-based rate control for 1:N (multicast) messaging.
+
+The names exported here are the sans-I/O core (no sockets, threads or clock
+calls: time comes in as ``now``) and the live runtime built on it.
+"""
+
+from ._bucket import TokenBucket
+from ._codec import (
+    DEFAULT_MAX_FRAME_BYTES,
+    VERSION,
+    Bye,
+    Credit,
+    Data,
+    End,
+    Frame,
+    Hello,
+    Nak,
+    decode,
+    encode,
+    encode_data,
+)
+from ._config import MODES, AckConfig, NakConfig, check_mode
+from ._credit import CreditGranter, CreditLedger, SenderKey
+from ._errors import ConfigError, CreditViolation, NakflowError, ProtocolError
+from ._fill import FillMonitor
+from ._flow import (
+    AckFeedback,
+    AckFlow,
+    NakFeedback,
+    NakFlow,
+    NoFeedback,
+    NoFlow,
+    ReceiverFlow,
+    SenderFlow,
+    make_receiver_flow,
+    make_sender_flow,
+)
+from ._rate import NakRateController
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "MODES",
+    "VERSION",
+    "AckConfig",
+    "AckFeedback",
+    "AckFlow",
+    "Bye",
+    "ConfigError",
+    "Credit",
+    "CreditGranter",
+    "CreditLedger",
+    "CreditViolation",
+    "Data",
+    "End",
+    "FillMonitor",
+    "Frame",
+    "Hello",
+    "Nak",
+    "NakConfig",
+    "NakFeedback",
+    "NakFlow",
+    "NakRateController",
+    "NakflowError",
+    "NoFeedback",
+    "NoFlow",
+    "ProtocolError",
+    "ReceiverFlow",
+    "SenderFlow",
+    "SenderKey",
+    "TokenBucket",
+    "__version__",
+    "check_mode",
+    "decode",
+    "encode",
+    "encode_data",
+    "make_receiver_flow",
+    "make_sender_flow",
+]

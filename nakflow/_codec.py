@@ -1,0 +1,206 @@
+"""The wire protocol: versioned msgpack frames.
+
+Every frame is a msgpack array ``[version, type, *fields]``. Decoding any
+bytes of any size returns a frame or raises ProtocolError — never another
+exception, never unbounded work (the input is capped at ``max_frame_bytes``
+before msgpack sees it, and msgpack bounds every container by the input size).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import astuple, dataclass
+from typing import Any, Union
+
+import msgpack
+
+from ._errors import ProtocolError
+
+VERSION = 1
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+MAX_NAME_CHARS = 256
+MAX_BATCH = 65_536
+MAX_SEQ = (1 << 63) - 1
+
+T_DATA, T_NAK, T_CREDIT, T_HELLO, T_BYE, T_END = 1, 2, 3, 4, 5, 6
+ROLES = ("sender", "receiver")
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    """One or more payloads from a sender; ``seq`` numbers the first."""
+
+    stream: str
+    sender: str
+    epoch: int
+    seq: int
+    ts: float
+    payloads: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Nak:
+    """A receiver's queue reached ``level`` percent (``fill`` is the exact percent)."""
+
+    stream: str
+    receiver: str
+    level: int
+    fill: float
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """``receiver`` lets (``sender``, ``epoch``) send every seq below ``limit``."""
+
+    stream: str
+    receiver: str
+    sender: str
+    epoch: int
+    limit: int
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """Presence. A sender's HELLO carries the next seq it will send."""
+
+    stream: str
+    node: str
+    role: str
+    mode: str
+    next_seq: int
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class Bye:
+    """A node leaves on purpose."""
+
+    stream: str
+    node: str
+    role: str
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """A sender's stream is complete: it sent every seq below ``final_seq``."""
+
+    stream: str
+    sender: str
+    epoch: int
+    final_seq: int
+    ts: float
+
+
+Frame = Union[Data, Nak, Credit, Hello, Bye, End]  # noqa: UP007 (runtime alias, py3.10)
+_TYPE_OF: dict[type, int] = {Data: T_DATA, Nak: T_NAK, Credit: T_CREDIT, Hello: T_HELLO,
+                             Bye: T_BYE, End: T_END}
+
+_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def encode(frame: Frame) -> bytes:
+    """Serialise a frame."""
+    fields = list(astuple(frame))
+    if isinstance(frame, Data):
+        fields[-1] = list(frame.payloads)
+    out: bytes = _packb([VERSION, _TYPE_OF[type(frame)], *fields])
+    return out
+
+
+def encode_data(stream: str, sender: str, epoch: int, seq: int, ts: float,
+                payloads: Sequence[bytes]) -> bytes:
+    """Serialise a DATA frame without building a Data object (the send hot path)."""
+    out: bytes = _packb([VERSION, T_DATA, stream, sender, epoch, seq, ts, payloads])
+    return out
+
+
+# -- field validators: each returns the value or raises ProtocolError ------------
+def _name(v: Any) -> str:
+    if type(v) is not str or not 0 < len(v) <= MAX_NAME_CHARS:
+        raise ProtocolError("expected a name of 1..256 characters")
+    return v
+
+
+def _uint(v: Any) -> int:
+    if type(v) is not int or not 0 <= v <= MAX_SEQ:
+        raise ProtocolError("expected an integer in [0, 2**63)")
+    return v
+
+
+def _level(v: Any) -> int:
+    if type(v) is not int or not 1 <= v <= 100:
+        raise ProtocolError("expected a NAK level in [1, 100]")
+    return v
+
+
+def _fill(v: Any) -> float:
+    if type(v) not in (int, float) or not (math.isfinite(v) and 0 <= v <= 1000):
+        raise ProtocolError("expected a fill percent in [0, 1000]")
+    return float(v)
+
+
+def _ts(v: Any) -> float:
+    if type(v) not in (int, float) or not math.isfinite(v):
+        raise ProtocolError("expected a finite timestamp")
+    return float(v)
+
+
+def _role(v: Any) -> str:
+    if v not in ROLES:
+        raise ProtocolError("expected role 'sender' or 'receiver'")
+    return str(v)
+
+
+def _mode(v: Any) -> str:
+    if v not in ("nak", "ack", "none"):
+        raise ProtocolError("expected mode 'nak', 'ack' or 'none'")
+    return str(v)
+
+
+def _payloads(v: Any) -> tuple[bytes, ...]:
+    if type(v) is not list or not 0 < len(v) <= MAX_BATCH:
+        raise ProtocolError("expected a list of 1..65536 payloads")
+    for p in v:
+        if type(p) is not bytes:
+            raise ProtocolError("payloads must be binary")
+    return tuple(v)
+
+
+_Validator = Callable[[Any], Any]
+_SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
+    T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads)),
+    T_NAK: (Nak, (_name, _name, _level, _fill, _ts)),
+    T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
+    T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _ts)),
+    T_BYE: (Bye, (_name, _name, _role, _ts)),
+    T_END: (End, (_name, _name, _uint, _uint, _ts)),
+}
+
+
+def decode(buf: bytes | bytearray | memoryview,
+           max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame:
+    """Parse one frame. Raises ProtocolError on anything that is not exactly one."""
+    if len(buf) > max_frame_bytes:
+        raise ProtocolError(f"frame of {len(buf)} bytes exceeds the {max_frame_bytes} limit")
+    try:
+        obj = msgpack.unpackb(buf, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises many types; all mean "not a frame"
+        raise ProtocolError(f"not a msgpack object: {type(exc).__name__}") from None
+    if type(obj) is not list or len(obj) < 2:
+        raise ProtocolError("a frame is an array [version, type, ...]")
+    version, ftype = obj[0], obj[1]
+    if version != VERSION or type(version) is not int:
+        raise ProtocolError(f"unsupported protocol version {version!r}")
+    entry = _SCHEMA.get(ftype) if type(ftype) is int else None
+    if entry is None:
+        raise ProtocolError(f"unknown frame type {ftype!r}")
+    cls, validators = entry
+    fields = obj[2:]
+    if len(fields) != len(validators):
+        raise ProtocolError(f"{cls.__name__} takes {len(validators)} fields, got {len(fields)}")
+    frame: Frame = cls(*[check(v) for check, v in zip(validators, fields, strict=True)])
+    return frame

@@ -1,0 +1,110 @@
+"""Configuration dataclasses: one docstring line per field, the unit in the name.
+
+Defaults cite their source. Every config is a frozen, picklable dataclass so it
+can travel to Spark executors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ._errors import ConfigError
+
+MODES = ("nak", "ack", "none")
+
+#: NAK levels in percent of queue capacity (seed 001: "50%, 75%, 87%, 100%").
+DEFAULT_LEVELS: tuple[int, ...] = (50, 75, 87, 100)
+
+#: Multiplicative cut per NAK level, relative to the rate when the window opened.
+#: Starting values from the foundation issue; see docs/tuning.md for how they were checked.
+DEFAULT_CUT_FACTORS: Mapping[int, float] = {50: 0.9, 75: 0.7, 87: 0.5, 100: 0.25}
+
+
+def check_mode(mode: str) -> str:
+    """Return ``mode`` if it names a flow-control policy, else raise ConfigError."""
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    return mode
+
+
+@dataclass(frozen=True)
+class NakConfig:
+    """Sender-side NAK rate control and receiver-side NAK emission."""
+
+    #: Lowest send rate a NAK can force, msgs/s. > 0: NAKs slow a sender, never stop it.
+    min_rate_msgs: float = 50.0
+    #: Highest send rate, msgs/s. The default is far above what one Python sender reaches.
+    max_rate_msgs: float = 2_000_000.0
+    #: Rate before any NAK, msgs/s; None means max_rate_msgs (seed 001: start non-limiting).
+    initial_rate_msgs: float | None = None
+    #: The sender acts on the strongest NAK within this window, s (seed 001: "e.g. 50ms").
+    window_s: float = 0.05
+    #: Cut factor per NAK level (percent -> multiplier in (0, 1)).
+    cut_factors: Mapping[int, float] = field(default_factory=lambda: dict(DEFAULT_CUT_FACTORS))
+    #: After a cut, NAKs no stronger than it only block increases for this long, s.
+    hold_s: float = 0.2
+    #: The increase is applied in steps of this length while no NAK arrives, s.
+    step_s: float = 0.05
+    #: CUBIC growth constant, relative to the rate at the last NAK, per s^3 (RFC 8312 shape).
+    cubic_c: float = 4.0
+    #: Token-bucket burst, as seconds' worth of the current rate.
+    burst_s: float = 0.005
+    #: Receiver: fill levels that trigger a NAK, percent of capacity.
+    levels: tuple[int, ...] = DEFAULT_LEVELS
+    #: Receiver: a held level is released only when fill drops this far below it, points.
+    hysteresis_pct: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not (self.min_rate_msgs > 0 and math.isfinite(self.min_rate_msgs)):
+            raise ConfigError("min_rate_msgs must be a finite number > 0")
+        if not (self.max_rate_msgs >= self.min_rate_msgs and math.isfinite(self.max_rate_msgs)):
+            raise ConfigError("max_rate_msgs must be finite and >= min_rate_msgs")
+        init = self.initial_rate_msgs
+        if init is not None and not (self.min_rate_msgs <= init <= self.max_rate_msgs):
+            raise ConfigError("initial_rate_msgs must lie in [min_rate_msgs, max_rate_msgs]")
+        for name in ("window_s", "step_s", "cubic_c", "burst_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0")
+        if self.hold_s < 0 or self.hysteresis_pct < 0:
+            raise ConfigError("hold_s and hysteresis_pct must be >= 0")
+        if not self.levels or list(self.levels) != sorted(set(self.levels)):
+            raise ConfigError("levels must be strictly increasing")
+        if not all(0 < lv <= 100 for lv in self.levels):
+            raise ConfigError("levels must lie in (0, 100]")
+        for lv in self.levels:
+            f = self.cut_factors.get(lv)
+            if f is None or not 0 < f < 1:
+                raise ConfigError(f"cut_factors needs a factor in (0, 1) for level {lv}")
+
+    @property
+    def start_rate_msgs(self) -> float:
+        """The rate before any NAK, msgs/s."""
+        return self.max_rate_msgs if self.initial_rate_msgs is None else self.initial_rate_msgs
+
+
+@dataclass(frozen=True)
+class AckConfig:
+    """Credit-based (Reactive Streams request(n)) flow control."""
+
+    #: A receiver silent this long is evicted from the ledger, s (Aeron, JGroups: 5 s).
+    receiver_timeout_s: float = 5.0
+    #: A receiver re-sends its grant at least this often as liveness, s (Aeron status: 0.2 s).
+    heartbeat_s: float = 0.2
+    #: Nothing is sendable until this many receivers have granted credit.
+    min_receivers: int = 0
+    #: Re-grant once the consumer freed this fraction of the window (seed 004: a quarter).
+    regrant_fraction: float = 0.25
+    #: A grant further ahead of the sender than this is clamped, msgs (bounded influence).
+    max_credit_ahead: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if not self.receiver_timeout_s > 0 or not self.heartbeat_s > 0:
+            raise ConfigError("receiver_timeout_s and heartbeat_s must be > 0")
+        if self.min_receivers < 0:
+            raise ConfigError("min_receivers must be >= 0")
+        if not 0 < self.regrant_fraction <= 1:
+            raise ConfigError("regrant_fraction must lie in (0, 1]")
+        if self.max_credit_ahead < 1:
+            raise ConfigError("max_credit_ahead must be >= 1")

@@ -1,0 +1,220 @@
+"""Credit-based flow control (ACK mode): Reactive Streams request(n), made cumulative.
+
+A receiver's grant is an absolute limit: the sender may send every sequence
+number below it. Grants only ever raise a limit, so a lost or reordered credit
+frame is harmless (seed 004: initial demand = queue capacity; seed 000: the
+slowest branch of a fan-out governs).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._config import AckConfig
+from ._errors import ConfigError, CreditViolation
+
+SenderKey = tuple[str, int]
+"""A sender as receivers see it: (sender id, epoch)."""
+
+
+class CreditLedger:
+    """The sender side: each receiver's cumulative limit, and what may be sent now.
+
+    Sendable = min over live receivers of ``limit - next_seq``, never negative.
+    A receiver joins on its first credit, leaves on goodbye, and is evicted after
+    ``receiver_timeout_s`` without a credit. Until then a dead receiver stalls the
+    sender: that is what ACK mode exists to show.
+    """
+
+    def __init__(self, config: AckConfig | None = None, *, next_seq: int = 0) -> None:
+        self.config = config if config is not None else AckConfig()
+        if next_seq < 0:
+            raise ConfigError("next_seq must be >= 0")
+        self.next_seq = next_seq
+        self._limits: dict[str, int] = {}
+        self._seen: dict[str, float] = {}
+        self._min_limit: int | None = None
+        self._next_expiry = math.inf
+        self.joined = 0
+        self.left = 0
+        self.evicted = 0
+        self.credits = 0
+        self.clamped = 0
+
+    @property
+    def receivers(self) -> list[str]:
+        return sorted(self._limits)
+
+    def on_credit(self, receiver: str, limit: int, *, now: float) -> None:
+        """``receiver`` allows every seq below ``limit``, heard at ``now``."""
+        self.credits += 1
+        ceiling = self.next_seq + self.config.max_credit_ahead
+        if limit > ceiling:
+            self.clamped += 1
+            limit = ceiling
+        old = self._limits.get(receiver)
+        if old is None:
+            self.joined += 1
+            self._limits[receiver] = limit
+            self._min_limit = None
+        elif limit > old:
+            self._limits[receiver] = limit
+            if self._min_limit is not None and old == self._min_limit:
+                self._min_limit = None
+        self._seen[receiver] = now
+        if old is None:  # a refresh only moves an expiry later: expire() rescans then
+            self._next_expiry = min(self._next_expiry, now + self.config.receiver_timeout_s)
+
+    def on_bye(self, receiver: str) -> None:
+        """``receiver`` left on purpose."""
+        if self._limits.pop(receiver, None) is not None:
+            self._seen.pop(receiver, None)
+            self.left += 1
+            self._min_limit = None
+
+    def expire(self, *, now: float) -> list[str]:
+        """Evict receivers silent for longer than the timeout; return their ids."""
+        if now < self._next_expiry:
+            return []
+        timeout = self.config.receiver_timeout_s
+        gone = [r for r, t in self._seen.items() if now - t >= timeout]
+        for r in gone:
+            del self._limits[r]
+            del self._seen[r]
+        self.evicted += len(gone)
+        if gone:
+            self._min_limit = None
+        self._next_expiry = min(self._seen.values(), default=math.inf) + timeout
+        return gone
+
+    def sendable(self, *, now: float) -> int:
+        """How many messages may be sent at ``now`` (0 until min_receivers have joined)."""
+        self.expire(now=now)
+        if not self._limits or len(self._limits) < self.config.min_receivers:
+            return 0
+        low = self._min_limit
+        if low is None:
+            low = self._min_limit = min(self._limits.values())
+        return max(0, low - self.next_seq)
+
+    def on_sent(self, n: int, *, now: float) -> None:
+        """Record ``n`` messages sent. Raises CreditViolation if not granted."""
+        if n > self.sendable(now=now):
+            raise CreditViolation(f"{n} messages exceed the credit granted")
+        self.next_seq += n
+
+    def next_deadline(self) -> float | None:
+        """The earliest eviction (None: no receivers)."""
+        return None if math.isinf(self._next_expiry) else self._next_expiry
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "receivers": len(self._limits),
+            "next_seq": self.next_seq,
+            "credits_received": self.credits,
+            "credits_clamped": self.clamped,
+            "joined": self.joined,
+            "left": self.left,
+            "evicted": self.evicted,
+        }
+
+
+class _SenderState:
+    __slots__ = ("granted", "granted_t", "position", "queued", "seen_t")
+
+    def __init__(self, position: int, now: float) -> None:
+        self.position = position
+        self.queued = 0
+        self.granted = -1
+        self.granted_t = -math.inf
+        self.seen_t = now
+
+
+class CreditGranter:
+    """The receiver side: decides the credit frames to send.
+
+    Each sender heard gets a window of ``capacity // senders`` (seed 004: initial
+    demand equals the queue capacity). The limit sent is
+    ``position - queued + window``: arrivals do not move it, releases (consumed
+    or dropped) raise it, losses in flight raise it. A new grant goes out once
+    the consumer freed ``regrant_fraction`` of the window, and at least every
+    ``heartbeat_s`` as liveness.
+    """
+
+    def __init__(self, capacity_msgs: int, config: AckConfig | None = None,
+                 *, sender_timeout_s: float = 30.0) -> None:
+        if capacity_msgs < 1:
+            raise ConfigError("capacity_msgs must be >= 1")
+        self.capacity_msgs = capacity_msgs
+        self.config = config if config is not None else AckConfig()
+        self.sender_timeout_s = sender_timeout_s
+        self._senders: dict[SenderKey, _SenderState] = {}
+        self.credits_sent = 0
+
+    @property
+    def senders(self) -> list[SenderKey]:
+        return sorted(self._senders)
+
+    def window(self) -> int:
+        """Messages each sender may have outstanding here."""
+        return max(1, self.capacity_msgs // max(1, len(self._senders)))
+
+    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float) -> None:
+        """``sender`` is heard at ``now``, about to send ``next_seq`` (HELLO or DATA)."""
+        st = self._senders.get(sender)
+        if st is None:
+            self._senders[sender] = _SenderState(next_seq, now)
+            return
+        st.seen_t = now
+        if next_seq > st.position:
+            st.position = next_seq
+
+    def on_enqueued(self, sender: SenderKey, n: int) -> None:
+        st = self._senders.get(sender)
+        if st is not None:
+            st.queued += n
+
+    def on_released(self, sender: SenderKey, n: int) -> None:
+        """``n`` of ``sender``'s messages left the queue (consumed or dropped)."""
+        st = self._senders.get(sender)
+        if st is not None:
+            st.queued = max(0, st.queued - n)
+
+    def on_sender_gone(self, sender: SenderKey) -> None:
+        self._senders.pop(sender, None)
+
+    def limit_for(self, sender: SenderKey) -> int | None:
+        st = self._senders.get(sender)
+        return None if st is None else st.position - st.queued + self.window()
+
+    def poll(self, *, now: float) -> list[tuple[SenderKey, int]]:
+        """Credits due at ``now``: (sender, cumulative limit) pairs to send."""
+        window = self.window()
+        step = max(1, int(window * self.config.regrant_fraction))
+        heartbeat = self.config.heartbeat_s
+        due: list[tuple[SenderKey, int]] = []
+        stale: list[SenderKey] = []
+        for key, st in self._senders.items():
+            if now - st.seen_t > self.sender_timeout_s:
+                stale.append(key)
+                continue
+            limit = st.position - st.queued + window
+            if limit - st.granted >= step or now - st.granted_t >= heartbeat:
+                st.granted = limit
+                st.granted_t = now
+                due.append((key, limit))
+        for key in stale:
+            del self._senders[key]
+        self.credits_sent += len(due)
+        return due
+
+    def next_deadline(self) -> float | None:
+        """The next heartbeat grant (None: no senders)."""
+        if not self._senders:
+            return None
+        return min(st.granted_t for st in self._senders.values()) + self.config.heartbeat_s
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"senders": len(self._senders), "credits_sent": self.credits_sent,
+                "window": self.window()}

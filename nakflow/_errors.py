@@ -1,0 +1,22 @@
+"""Exception types. Remote (wire) errors and local (usage) errors are kept apart."""
+
+from __future__ import annotations
+
+
+class NakflowError(Exception):
+    """Base class of every error nakflow raises on purpose."""
+
+
+class ProtocolError(NakflowError, ValueError):
+    """Bytes from the wire are not a valid nakflow frame.
+
+    Decoding any input either returns a frame or raises this; nothing else.
+    """
+
+
+class ConfigError(NakflowError, ValueError):
+    """A configuration value is out of range or inconsistent."""
+
+
+class CreditViolation(NakflowError, RuntimeError):
+    """A caller tried to send more than the slowest receiver granted (ACK mode)."""

@@ -1,0 +1,260 @@
+"""Flow-control policies, chosen by one string: ``nak``, ``ack`` or ``none``.
+
+A sender-side policy answers "how many of these n messages may go now, and if
+not all, how long until asking again"; a receiver-side policy turns what the
+receiver sees into the feedback frames it should send. The live Sender and
+Receiver, the simulator and the Spark adapter are thin drivers of these.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from ._bucket import TokenBucket
+from ._codec import Credit, Frame, Nak
+from ._config import AckConfig, NakConfig, check_mode
+from ._credit import CreditGranter, CreditLedger, SenderKey
+from ._fill import FillMonitor
+from ._rate import NakRateController
+
+
+class SenderFlow(ABC):
+    """Sender-side policy."""
+
+    mode: ClassVar[str]
+
+    @abstractmethod
+    def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        """Ask to send ``n`` messages at ``now``.
+
+        Returns (granted, wait): ``granted`` of them may go now and are counted
+        as sent; if ``granted < n``, ask again in ``wait`` seconds (``inf``: not
+        before feedback arrives or ``next_deadline()``).
+        """
+
+    def on_feedback(self, frame: Frame, *, now: float) -> None:  # noqa: B027 (optional hook)
+        """A feedback frame for this sender's stream arrived at ``now``."""
+
+    def next_deadline(self) -> float | None:
+        """When the policy's state next changes by itself (None: only on feedback)."""
+        return None
+
+    @abstractmethod
+    def snapshot(self) -> dict[str, Any]:
+        """Metrics, JSON-ready."""
+
+
+class NoFlow(SenderFlow):
+    """``none``: no flow control; receivers' queues overflow and drops are counted."""
+
+    mode = "none"
+
+    def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        return n, 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode}
+
+
+class NakFlow(SenderFlow):
+    """``nak``: the adaptive rate limit, paced by a token bucket."""
+
+    mode = "nak"
+
+    def __init__(self, stream: str, config: NakConfig | None = None) -> None:
+        self.stream = stream
+        self.controller = NakRateController(config)
+        cfg = self.controller.config
+        self.bucket = TokenBucket(cfg.start_rate_msgs, burst_s=cfg.burst_s)
+
+    def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        rate = self.controller.rate(now=now)
+        bucket = self.bucket
+        if rate != bucket.rate:
+            bucket.set_rate(rate, now=now)
+        wait = bucket.request(n, now=now)
+        if wait:
+            return 0, wait
+        self.controller.on_sent(n, now=now)
+        return n, 0.0
+
+    def on_feedback(self, frame: Frame, *, now: float) -> None:
+        if type(frame) is Nak and frame.stream == self.stream:
+            self.controller.on_nak(frame.level, now=now)
+
+    def next_deadline(self) -> float | None:
+        return self.controller.next_deadline()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode, **self.controller.snapshot()}
+
+
+class AckFlow(SenderFlow):
+    """``ack``: send only what the slowest live receiver granted."""
+
+    mode = "ack"
+
+    def __init__(self, stream: str, sender: str, epoch: int,
+                 config: AckConfig | None = None, *, next_seq: int = 0) -> None:
+        self.stream = stream
+        self.key: SenderKey = (sender, epoch)
+        self.ledger = CreditLedger(config, next_seq=next_seq)
+        self.stalls = 0
+
+    def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        ledger = self.ledger
+        k = min(n, ledger.sendable(now=now))
+        if k:
+            ledger.on_sent(k, now=now)
+        if k < n:
+            self.stalls += 1
+            return k, math.inf
+        return k, 0.0
+
+    def on_feedback(self, frame: Frame, *, now: float) -> None:
+        if (type(frame) is Credit and frame.stream == self.stream
+                and (frame.sender, frame.epoch) == self.key):
+            self.ledger.on_credit(frame.receiver, frame.limit, now=now)
+
+    def on_receiver_bye(self, receiver: str) -> None:
+        self.ledger.on_bye(receiver)
+
+    def next_deadline(self) -> float | None:
+        return self.ledger.next_deadline()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode, "credit_stalls": self.stalls, **self.ledger.snapshot()}
+
+
+def make_sender_flow(mode: str, *, stream: str, sender: str, epoch: int,
+                     nak: NakConfig | None = None, ack: AckConfig | None = None,
+                     next_seq: int = 0) -> SenderFlow:
+    """Build the sender-side policy named by ``mode``."""
+    check_mode(mode)
+    if mode == "nak":
+        return NakFlow(stream, nak)
+    if mode == "ack":
+        return AckFlow(stream, sender, epoch, ack, next_seq=next_seq)
+    return NoFlow()
+
+
+class ReceiverFlow(ABC):
+    """Receiver-side policy: what a receiver says back, and when."""
+
+    mode: ClassVar[str]
+
+    def __init__(self, stream: str, receiver: str) -> None:
+        self.stream = stream
+        self.receiver = receiver
+
+    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float) -> None:  # noqa: B027
+        """``sender`` was heard (DATA or HELLO), next seq ``next_seq``."""
+
+    def on_enqueued(self, sender: SenderKey, n: int) -> None:  # noqa: B027
+        """``n`` messages of ``sender`` entered the queue."""
+
+    def on_released(self, sender: SenderKey, n: int) -> None:  # noqa: B027
+        """``n`` messages of ``sender`` left the queue (consumed or dropped)."""
+
+    def on_sender_gone(self, sender: SenderKey) -> None:  # noqa: B027
+        """``sender`` ended its stream."""
+
+    def on_overheard(self, frame: Frame, *, now: float) -> None:  # noqa: B027
+        """Another receiver's feedback frame was heard at ``now``."""
+
+    @abstractmethod
+    def poll(self, depth: int, *, now: float) -> list[Frame]:
+        """The queue holds ``depth`` messages at ``now``: feedback frames to send."""
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    @abstractmethod
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+class NoFeedback(ReceiverFlow):
+    """``none``: receivers say nothing."""
+
+    mode = "none"
+
+    def poll(self, depth: int, *, now: float) -> list[Frame]:
+        return []
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode}
+
+
+class NakFeedback(ReceiverFlow):
+    """``nak``: a FillMonitor with suppression by overheard NAKs."""
+
+    mode = "nak"
+
+    def __init__(self, stream: str, receiver: str, capacity_msgs: int,
+                 config: NakConfig | None = None) -> None:
+        super().__init__(stream, receiver)
+        self.monitor = FillMonitor(capacity_msgs, config)
+
+    def on_overheard(self, frame: Frame, *, now: float) -> None:
+        if type(frame) is Nak and frame.stream == self.stream and frame.receiver != self.receiver:
+            self.monitor.on_heard(frame.level, now=now)
+
+    def poll(self, depth: int, *, now: float) -> list[Frame]:
+        level = self.monitor.update(depth, now=now)
+        if level is None:
+            return []
+        fill = round(self.monitor.fill_pct(depth), 2)
+        return [Nak(self.stream, self.receiver, level, fill, now)]
+
+    def next_deadline(self) -> float | None:
+        return self.monitor.next_deadline()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode, **self.monitor.snapshot()}
+
+
+class AckFeedback(ReceiverFlow):
+    """``ack``: a CreditGranter."""
+
+    mode = "ack"
+
+    def __init__(self, stream: str, receiver: str, capacity_msgs: int,
+                 config: AckConfig | None = None) -> None:
+        super().__init__(stream, receiver)
+        self.granter = CreditGranter(capacity_msgs, config)
+
+    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float) -> None:
+        self.granter.on_sender(sender, next_seq, now=now)
+
+    def on_enqueued(self, sender: SenderKey, n: int) -> None:
+        self.granter.on_enqueued(sender, n)
+
+    def on_released(self, sender: SenderKey, n: int) -> None:
+        self.granter.on_released(sender, n)
+
+    def on_sender_gone(self, sender: SenderKey) -> None:
+        self.granter.on_sender_gone(sender)
+
+    def poll(self, depth: int, *, now: float) -> list[Frame]:
+        return [Credit(self.stream, self.receiver, sid, epoch, limit, now)
+                for (sid, epoch), limit in self.granter.poll(now=now)]
+
+    def next_deadline(self) -> float | None:
+        return self.granter.next_deadline()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode, **self.granter.snapshot()}
+
+
+def make_receiver_flow(mode: str, *, stream: str, receiver: str, capacity_msgs: int,
+                       nak: NakConfig | None = None,
+                       ack: AckConfig | None = None) -> ReceiverFlow:
+    """Build the receiver-side policy named by ``mode``."""
+    check_mode(mode)
+    if mode == "nak":
+        return NakFeedback(stream, receiver, capacity_msgs, nak)
+    if mode == "ack":
+        return AckFeedback(stream, receiver, capacity_msgs, ack)
+    return NoFeedback(stream, receiver)

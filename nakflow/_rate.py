@@ -1,0 +1,200 @@
+"""The sender's adaptive send-rate limit (seed 001).
+
+Cut by the strongest NAK heard within a window; raised stepwise while no NAK
+arrives, along a CUBIC curve (RFC 8312): return quickly toward the rate at
+which the last NAK came, then probe above it cautiously. The sender never
+tracks who the receivers are. No clock: every call takes ``now``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._config import NakConfig
+
+
+def _cbrt(x: float) -> float:
+    return math.copysign(abs(x) ** (1.0 / 3.0), x)
+
+
+class NakRateController:
+    """Adaptive send-rate limit in msgs/s, driven by NAK levels.
+
+    * ``on_nak(level, now=)`` — the first NAK of a window cuts at once, relative to
+      the rate actually reached (the lower of the limit and the measured send
+      rate). A stronger NAK later in the same window deepens the cut to that
+      level's factor, relative to the same base; weaker or equal NAKs change
+      nothing. After a cut, NAKs no stronger than it only block increases for
+      ``hold_s``: a queue takes time to drain, and repeats of the same level
+      during that time are not news.
+    * While no NAK arrives for ``window_s``, the limit rises in steps of
+      ``step_s`` along ``W + c*W*(t-K)^3``, W being the rate at the last cut.
+    * ``on_sent(n, now=)`` feeds the send-rate meter.
+    """
+
+    def __init__(self, config: NakConfig | None = None) -> None:
+        self.config = cfg = config if config is not None else NakConfig()
+        self._levels_desc = sorted(cfg.levels, reverse=True)
+        start = cfg.start_rate_msgs
+        self._w = start  # rate at which the last cut came
+        self._r0 = start  # rate right after the last cut (the curve's origin)
+        self._k = 0.0  # CUBIC K: time from origin to W, s
+        self._quiet_from: float | None = None  # last NAK (or first use), s
+        self._window_start = -math.inf
+        self._window_base = start
+        self._window_level = 0
+        self._cut_level = 0
+        self._hold_until = -math.inf
+        self._last_now = -math.inf
+        # cached step evaluation: the rate only changes at step ticks
+        self._rate = start
+        self._next_tick = math.inf if start >= cfg.max_rate_msgs else -math.inf
+        # send-rate meter
+        self._meter_t0: float | None = None
+        self._meter_count = 0
+        self._measured: float | None = None
+        # metrics
+        self.naks_received: dict[int, int] = {}
+        self.cuts = 0
+        self.holds = 0
+        self.ignored = 0
+
+    # -- queries -------------------------------------------------------------
+    def rate(self, *, now: float) -> float:
+        """The current limit, msgs/s."""
+        if now < self._next_tick:
+            return self._rate
+        if self._quiet_from is None:  # initial_rate below max: ramp from first use
+            self._anchor(now)
+        self._evaluate(now)
+        return self._rate
+
+    def next_deadline(self) -> float | None:
+        """When the limit next steps up (None: at max_rate, nothing pending)."""
+        if self._quiet_from is None or math.isinf(self._next_tick):
+            return None
+        return self._next_tick
+
+    def measured_rate(self) -> float | None:
+        """Send rate over the last complete meter period, msgs/s (None before one)."""
+        return self._measured
+
+    def recovery_bound_s(self) -> float:
+        """Upper bound on the time from the last NAK back to max_rate, s."""
+        cfg = self.config
+        w = cfg.min_rate_msgs
+        k_max = _cbrt(1.0 / cfg.cubic_c)
+        rise = _cbrt((cfg.max_rate_msgs / w - 1.0) / cfg.cubic_c)
+        return cfg.window_s + k_max + rise + cfg.step_s
+
+    # -- events --------------------------------------------------------------
+    def on_sent(self, n: int, *, now: float) -> None:
+        """Count ``n`` messages sent at ``now`` (feeds the measured send rate)."""
+        if self._meter_t0 is None:
+            self._meter_t0 = now
+        self._meter_count += n
+        span = now - self._meter_t0
+        if span >= self.config.window_s:
+            self._measured = self._meter_count / span
+            self._meter_t0 = now
+            self._meter_count = 0
+
+    def on_nak(self, level: int, *, now: float) -> bool:
+        """Apply a NAK of ``level`` percent heard at ``now``. True if it cut the limit."""
+        now = max(now, self._last_now)
+        self._last_now = now
+        factor_level = self._config_level(level)
+        if factor_level is None:
+            self.ignored += 1
+            return False
+        self.naks_received[factor_level] = self.naks_received.get(factor_level, 0) + 1
+        current = self.rate(now=now)
+        cfg = self.config
+        in_window = now < self._window_start + cfg.window_s
+        if in_window:
+            if factor_level <= self._window_level:
+                self._block_increase(now, current)
+                return False
+            # stronger NAK in the same window: deepen the cut, same base
+            self._cut(factor_level, self._window_base, now)
+            return True
+        if now < self._hold_until and factor_level <= self._cut_level:
+            self.holds += 1
+            self._block_increase(now, current)
+            return False
+        base = current
+        measured = self._sending_rate(now)
+        if measured is not None and measured < base:
+            base = max(measured, cfg.min_rate_msgs)
+        self._window_start = now
+        self._window_base = base
+        self._cut(factor_level, base, now)
+        return True
+
+    # -- internals -----------------------------------------------------------
+    def _config_level(self, level: int) -> int | None:
+        for lv in self._levels_desc:
+            if level >= lv:
+                return lv
+        return None
+
+    def _sending_rate(self, now: float) -> float | None:
+        rates = []
+        if self._measured is not None:
+            rates.append(self._measured)
+        if self._meter_t0 is not None and now - self._meter_t0 >= self.config.window_s / 4:
+            rates.append(self._meter_count / (now - self._meter_t0))
+        return max(rates) if rates else None
+
+    def _cut(self, level: int, base: float, now: float) -> None:
+        cfg = self.config
+        self.cuts += 1
+        self._window_level = level
+        self._cut_level = level
+        self._hold_until = now + cfg.hold_s
+        self._w = base
+        new_rate = min(max(base * cfg.cut_factors[level], cfg.min_rate_msgs), cfg.max_rate_msgs)
+        self._set_origin(new_rate, now)
+
+    def _block_increase(self, now: float, current: float) -> None:
+        self._set_origin(current, now)
+
+    def _anchor(self, now: float) -> None:
+        self._set_origin(self._rate, now)
+
+    def _set_origin(self, rate: float, now: float) -> None:
+        cfg = self.config
+        self._r0 = self._rate = rate
+        self._quiet_from = now
+        self._k = _cbrt((self._w - rate) / (cfg.cubic_c * self._w))
+        self._next_tick = now + cfg.window_s if rate < cfg.max_rate_msgs else math.inf
+
+    def _evaluate(self, now: float) -> None:
+        cfg = self.config
+        assert self._quiet_from is not None
+        elapsed = now - self._quiet_from - cfg.window_s
+        if elapsed < 0:
+            return
+        steps = math.floor(elapsed / cfg.step_s) + 1
+        t = steps * cfg.step_s
+        w = self._w
+        rate = w + cfg.cubic_c * w * (t - self._k) ** 3
+        rate = min(max(rate, self._r0, cfg.min_rate_msgs), cfg.max_rate_msgs)
+        self._rate = rate
+        if rate >= cfg.max_rate_msgs:
+            self._next_tick = math.inf
+        else:
+            self._next_tick = self._quiet_from + cfg.window_s + steps * cfg.step_s
+
+    def snapshot(self) -> dict[str, Any]:
+        """Metrics and state, JSON-ready."""
+        return {
+            "rate_limit": self._rate,
+            "last_cut_base": self._w,
+            "measured_rate": self._measured,
+            "naks_received": {str(k): v for k, v in sorted(self.naks_received.items())},
+            "cuts": self.cuts,
+            "holds": self.holds,
+            "naks_ignored": self.ignored,
+        }

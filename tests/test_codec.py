@@ -1,0 +1,110 @@
+"""Wire codec: round trips, every truncation, trailing bytes, arbitrary bytes."""
+
+import contextlib
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nakflow import (
+    Bye,
+    Credit,
+    Data,
+    End,
+    Hello,
+    Nak,
+    ProtocolError,
+    decode,
+    encode,
+    encode_data,
+)
+
+names = st.text(min_size=1, max_size=20)
+u63 = st.integers(0, 2**63 - 1)
+ts = st.floats(allow_nan=False, allow_infinity=False)
+frames = st.one_of(
+    st.builds(Data, names, names, u63, u63, ts,
+              st.lists(st.binary(max_size=40), min_size=1, max_size=5).map(tuple)),
+    st.builds(Nak, names, names, st.integers(1, 100), st.floats(0, 1000), ts),
+    st.builds(Credit, names, names, names, u63, u63, ts),
+    st.builds(Hello, names, names, st.sampled_from(["sender", "receiver"]),
+              st.sampled_from(["nak", "ack", "none"]), u63, ts),
+    st.builds(Bye, names, names, st.sampled_from(["sender", "receiver"]), ts),
+    st.builds(End, names, names, u63, u63, ts),
+)
+
+EXAMPLES = [
+    Data("s", "p0", 3, 100, 1.5, (b"a", b"", b"xyz")),
+    Nak("s", "r1", 87, 88.5, 2.0),
+    Credit("s", "r1", "p0", 3, 4096, 2.0),
+    Hello("s", "r1", "receiver", "nak", 0, 1.0),
+    Bye("s", "p0", "sender", 1.0),
+    End("s", "p0", 3, 5000, 9.0),
+]
+
+
+@given(frames)
+def test_round_trip(frame):
+    assert decode(encode(frame)) == frame
+
+
+def test_encode_data_fast_path_matches_encode():
+    f = EXAMPLES[0]
+    assert encode_data(f.stream, f.sender, f.epoch, f.seq, f.ts, list(f.payloads)) == encode(f)
+
+
+@pytest.mark.parametrize("frame", EXAMPLES, ids=lambda f: type(f).__name__)
+def test_whole_truncated_at_every_byte_and_with_trailing_bytes(frame):
+    buf = encode(frame)
+    assert decode(buf) == frame
+    for cut in range(len(buf)):
+        with pytest.raises(ProtocolError):
+            decode(buf[:cut])
+    for tail in (b"\x00", b"\xc0", buf):
+        with pytest.raises(ProtocolError):
+            decode(buf + tail)
+
+
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_decode_or_raise_protocol_error(buf):
+    with contextlib.suppress(ProtocolError):
+        decode(buf)
+
+
+scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats()
+           | st.text() | st.binary())
+
+
+@given(st.recursive(scalars, lambda c: st.lists(c, max_size=8), max_leaves=30))
+def test_arbitrary_msgpack_values_decode_or_raise_protocol_error(obj):
+    with contextlib.suppress(ProtocolError):
+        decode(msgpack.packb([1, 1, *obj]) if isinstance(obj, list) else msgpack.packb(obj))
+
+
+@pytest.mark.parametrize("bad", [
+    [2, 2, "s", "r", 50, 50.0, 1.0],  # future version
+    [1, 9, "s"],  # unknown type
+    [1, 2, "s", "r", -1, 50.0, 1.0],  # negative level
+    [1, 2, "s", "r", 101, 50.0, 1.0],  # level above 100
+    [1, 2, "s", "r", True, 50.0, 1.0],  # bool is not a level
+    [1, 2, "s", "", 50, 50.0, 1.0],  # empty name
+    [1, 1, "s", "p", 0, 2**64 - 1, 1.0, [b"x"]],  # seq beyond 2**63
+    [1, 1, "s", "p", 0, 0, 1.0, []],  # empty batch
+    [1, 1, "s", "p", 0, 0, 1.0, ["text"]],  # payload must be binary
+    [1, 1, "s", "p", 0, 0, float("nan"), [b"x"]],  # timestamp
+    [1, 3, "s", "r", "p", 0, -5, 1.0],  # negative credit limit
+    {"v": 1},
+])
+def test_absurd_fields_are_protocol_errors(bad):
+    with pytest.raises(ProtocolError):
+        decode(msgpack.packb(bad))
+
+
+def test_oversized_frame_rejected_before_parsing():
+    big = encode(Data("s", "p", 0, 0, 0.0, (b"x" * 2000,)))
+    with pytest.raises(ProtocolError, match="exceeds"):
+        decode(big, max_frame_bytes=1000)
+    # a container header claiming 4 G elements costs nothing
+    with pytest.raises(ProtocolError):
+        decode(b"\xdd\xff\xff\xff\xff" + b"\x00" * 10)

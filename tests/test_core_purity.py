@@ -1,0 +1,33 @@
+"""The sans-I/O core imports no sockets, threads, clocks, ZeroMQ or Spark."""
+
+import ast
+import pathlib
+
+import pytest
+
+CORE = ["_bucket", "_codec", "_config", "_credit", "_errors", "_fill", "_flow", "_rate"]
+FORBIDDEN = {"zmq", "pyspark", "threading", "socket", "time", "asyncio", "select",
+             "random", "transports", "simulations", "spark_adapter"}
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def imported_modules(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    mods = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            mods.add(node.module.split(".")[0])
+    return mods
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_core_module_imports_no_io(name):
+    assert not imported_modules(ROOT / "nakflow" / f"{name}.py") & FORBIDDEN
+
+
+def test_nakflow_never_imports_the_adapters():
+    for path in (ROOT / "nakflow").rglob("*.py"):
+        bad = imported_modules(path) & {"simulations", "spark_adapter"}
+        assert not bad, f"{path.name} imports {bad}"

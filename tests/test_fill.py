@@ -1,0 +1,66 @@
+"""FillMonitor: levels, repeats, hysteresis and suppression at explicit times."""
+
+import pytest
+
+from nakflow import ConfigError, FillMonitor, NakConfig
+
+
+def test_silent_without_overload():
+    m = FillMonitor(100)
+    assert [m.update(d, now=i * 0.01) for i, d in enumerate(range(50))] == [None] * 50
+    assert m.next_deadline() is None
+    assert m.naks_sent == {}
+
+
+def test_emits_each_level_when_first_reached_even_within_a_window():
+    m = FillMonitor(100)
+    out = [m.update(d, now=0.0) for d in (49, 50, 60, 75, 80, 87, 99, 100)]
+    assert out == [None, 50, None, 75, None, 87, None, 100]
+
+
+def test_repeats_highest_held_level_once_per_window():
+    m = FillMonitor(100, NakConfig(window_s=0.05))
+    assert m.update(80, now=0.0) == 75
+    assert m.update(80, now=0.03) is None
+    assert m.next_deadline() == pytest.approx(0.05)
+    assert m.update(80, now=0.05) == 75
+    assert m.update(80, now=0.07) is None
+    assert m.update(80, now=0.101) == 75
+    assert m.naks_sent == {75: 3}
+
+
+def test_hysteresis_holds_a_level_until_well_below_it():
+    m = FillMonitor(100, NakConfig(hysteresis_pct=10))
+    assert m.update(50, now=0.0) == 50
+    assert m.update(45, now=0.01) is None and m.held_level == 50
+    assert m.update(41, now=0.1) == 50  # still held: repeat
+    assert m.update(39, now=0.2) is None and m.held_level is None
+    assert m.update(45, now=0.3) is None  # must reach 50 again
+    assert m.update(50, now=0.31) == 50
+
+
+def test_falling_fill_repeats_the_lower_level():
+    m = FillMonitor(100, NakConfig(hysteresis_pct=5))
+    assert m.update(90, now=0.0) == 87
+    assert m.update(80, now=0.06) == 75
+
+
+def test_suppressed_by_an_equal_or_higher_nak_heard_in_window():
+    m = FillMonitor(100)
+    m.on_heard(87, now=0.0)
+    assert m.update(80, now=0.01) is None
+    assert m.suppressed == 1
+    assert m.update(90, now=0.02) is None  # 87 heard covers our 87 too
+    assert m.suppressed == 2
+    assert m.update(100, now=0.03) == 100  # stronger than anything heard
+    m2 = FillMonitor(100)
+    m2.on_heard(50, now=0.0)
+    assert m2.update(80, now=0.01) == 75  # weaker heard: not covered
+    m3 = FillMonitor(100)
+    m3.on_heard(87, now=0.0)
+    assert m3.update(80, now=0.06) == 75  # heard NAK is older than a window
+
+
+def test_capacity_must_be_positive():
+    with pytest.raises(ConfigError):
+        FillMonitor(0)

@@ -1,0 +1,175 @@
+"""NakRateController: exact values at hand-chosen times, and properties."""
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nakflow import ConfigError, NakConfig, NakRateController
+
+
+def measured(ctrl: NakRateController, rate: float, t0: float, t1: float) -> None:
+    """Feed the meter ``rate`` msgs/s from t0 to t1 in 1 ms sends."""
+    n = round((t1 - t0) * 1000)
+    for i in range(n + 1):
+        ctrl.on_sent(int(rate / 1000), now=t0 + i / 1000)
+
+
+def test_starts_non_limiting_and_stays_there_without_naks():
+    ctrl = NakRateController()
+    assert ctrl.rate(now=0.0) == NakConfig().max_rate_msgs
+    assert ctrl.rate(now=1000.0) == NakConfig().max_rate_msgs
+    assert ctrl.next_deadline() is None
+
+
+def test_first_nak_cuts_relative_to_the_measured_send_rate():
+    """A cut from the non-limiting start must bite: it applies to the rate reached."""
+    ctrl = NakRateController()
+    measured(ctrl, 10_000, 0.0, 0.1)
+    assert ctrl.measured_rate() == pytest.approx(10_000, rel=0.02)
+    assert ctrl.on_nak(50, now=0.1) is True
+    assert ctrl.rate(now=0.1) == pytest.approx(9_000, rel=0.02)
+
+
+def test_stronger_nak_in_window_deepens_weaker_changes_nothing():
+    cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6)
+    ctrl = NakRateController(cfg)
+    ctrl.on_nak(50, now=1.0)
+    assert ctrl.rate(now=1.0) == 9_000
+    assert ctrl.on_nak(87, now=1.02) is True
+    assert ctrl.rate(now=1.02) == 5_000  # relative to the window's base, not 9000
+    assert ctrl.on_nak(75, now=1.03) is False
+    assert ctrl.on_nak(87, now=1.04) is False
+    assert ctrl.rate(now=1.04) == 5_000
+    assert ctrl.cuts == 2
+
+
+def test_many_receivers_same_nak_in_window_act_like_one():
+    cfg = NakConfig(initial_rate_msgs=10_000)
+    ctrl = NakRateController(cfg)
+    for i in range(100):
+        ctrl.on_nak(75, now=1.0 + i * 0.0004)
+    assert ctrl.rate(now=1.04) == 7_000
+    assert ctrl.cuts == 1
+    assert ctrl.naks_received == {75: 100}
+
+
+def test_stepwise_cubic_increase_exact_values():
+    cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6)
+    ctrl = NakRateController(cfg)
+    ctrl.on_nak(87, now=0.0)  # rate 5000, W 10000, K = cbrt(0.5/4) = 0.5 s
+    assert ctrl.rate(now=0.049) == 5_000  # first quiet window: no rise yet
+    assert ctrl.next_deadline() == pytest.approx(0.05)
+    # step k at 0.05 + (k-1)*0.05, value W + c*W*(k*0.05 - K)^3
+    for k in (1, 2, 5, 10, 14):
+        t = 0.05 + (k - 1) * 0.05
+        want = 10_000 + 4 * 10_000 * (k * 0.05 - 0.5) ** 3
+        assert ctrl.rate(now=t + 1e-9) == pytest.approx(max(want, 5_000))
+        assert ctrl.rate(now=t + 0.049) == pytest.approx(max(want, 5_000))  # flat between steps
+    # concave below W (steps shrink), convex above (steps grow): BIC/CUBIC
+    fresh = NakRateController(cfg)  # time only moves forward: replay on a fresh controller
+    fresh.on_nak(87, now=0.0)
+    r = [fresh.rate(now=0.05 + (k - 1) * 0.05 + 1e-9) for k in range(1, 21)]
+    steps = [b - a for a, b in itertools.pairwise(r)]
+    assert steps[0] > steps[7] and steps[-1] > steps[10]
+
+
+def test_hold_blocks_increase_without_recutting_then_recut_after_hold():
+    cfg = NakConfig(initial_rate_msgs=10_000, hold_s=0.2)
+    ctrl = NakRateController(cfg)
+    ctrl.on_nak(75, now=0.0)  # 7000, hold until 0.2
+    assert ctrl.on_nak(75, now=0.04) is False  # same window, equal level
+    assert ctrl.on_nak(75, now=0.08) is False  # outside window, inside hold
+    assert ctrl.holds == 1
+    assert ctrl.rate(now=0.129) == 7_000  # quiet timer restarted at 0.08
+    assert ctrl.rate(now=0.13) > 7_000  # one quiet window later: the first step
+    assert ctrl.on_nak(50, now=0.19) is False
+    before = ctrl.rate(now=0.21)
+    assert ctrl.on_nak(75, now=0.21) is True  # hold over: the queue is still not draining
+    assert ctrl.rate(now=0.21) == pytest.approx(before * 0.7)
+    assert ctrl.on_nak(100, now=0.22) is True  # stronger, same window: deepens from the base
+    assert ctrl.rate(now=0.22) == pytest.approx(before * 0.25)
+
+
+def test_min_rate_floors_every_cut():
+    cfg = NakConfig(initial_rate_msgs=1_000, min_rate_msgs=100, hold_s=0)
+    ctrl = NakRateController(cfg)
+    for i in range(50):
+        ctrl.on_nak(100, now=i * 0.06)
+    assert ctrl.rate(now=2.94) == 100
+
+
+def test_unknown_levels_map_down_and_below_lowest_is_ignored():
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=10_000))
+    assert ctrl.on_nak(10, now=0.0) is False
+    assert ctrl.ignored == 1
+    ctrl.on_nak(80, now=0.0)  # between 75 and 87: acts as 75
+    assert ctrl.rate(now=0.0) == 7_000
+
+
+def test_initial_rate_below_max_ramps_from_first_use():
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=1_000, max_rate_msgs=2_000))
+    assert ctrl.rate(now=5.0) == 1_000
+    assert ctrl.rate(now=5.0 + ctrl.recovery_bound_s()) == 2_000
+
+
+def test_config_rejects_nonsense():
+    with pytest.raises(ConfigError):
+        NakConfig(min_rate_msgs=0)
+    with pytest.raises(ConfigError):
+        NakConfig(levels=(75, 50))
+    with pytest.raises(ConfigError):
+        NakConfig(cut_factors={50: 0.9})
+    with pytest.raises(ConfigError):
+        NakConfig(initial_rate_msgs=1e9)
+
+
+naks = st.lists(st.tuples(st.floats(0.0, 0.5), st.sampled_from([1, 50, 60, 75, 87, 99, 100])),
+                max_size=60)
+
+
+@given(naks)
+def test_limit_stays_within_bounds_under_any_nak_sequence(events):
+    cfg = NakConfig(min_rate_msgs=10, max_rate_msgs=1e5)
+    ctrl = NakRateController(cfg)
+    now = 0.0
+    for gap, level in events:
+        now += gap
+        ctrl.on_sent(100, now=now)
+        ctrl.on_nak(level, now=now)
+        assert cfg.min_rate_msgs <= ctrl.rate(now=now) <= cfg.max_rate_msgs
+        assert cfg.min_rate_msgs <= ctrl.rate(now=now + gap) <= cfg.max_rate_msgs
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 0.0499), st.sampled_from([50, 75, 87, 100])),
+                min_size=1, max_size=80))
+def test_a_nak_in_every_window_never_lets_the_rate_rise(events):
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=50_000))
+    now = 0.0
+    ctrl.on_nak(50, now=now)
+    last = ctrl.rate(now=now)
+    for gap, level in events:
+        probe = ctrl.rate(now=now + gap)  # any moment before the next NAK
+        assert probe <= last
+        now += gap
+        ctrl.on_nak(level, now=now)
+        rate = ctrl.rate(now=now)
+        assert rate <= last
+        last = rate
+
+
+@settings(max_examples=60)
+@given(naks, st.floats(1e2, 1e6))
+def test_after_naks_stop_rate_returns_to_max_within_bound(events, max_rate):
+    cfg = NakConfig(min_rate_msgs=10, max_rate_msgs=max_rate)
+    ctrl = NakRateController(cfg)
+    now = 0.0
+    for gap, level in events:
+        now += gap
+        ctrl.on_nak(level, now=now)
+    bound = ctrl.recovery_bound_s()
+    assert math.isfinite(bound)
+    assert ctrl.rate(now=now + bound) == cfg.max_rate_msgs
+    assert ctrl.next_deadline() is None
