@@ -21,6 +21,7 @@ from ._codec import (
 )
 from ._config import MODES, AckConfig, NakConfig, check_mode
 from ._credit import CreditGranter, CreditLedger, SenderKey
+from ._episodes import BackpressureEpisodes
 from ._errors import ConfigError, CreditViolation, NakflowError, ProtocolError
 from ._fill import FillMonitor
 from ._flow import (
@@ -46,6 +47,7 @@ __all__ = [
     "AckConfig",
     "AckFeedback",
     "AckFlow",
+    "BackpressureEpisodes",
     "Bye",
     "ConfigError",
     "Credit",

@@ -64,13 +64,16 @@ class Credit:
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """Presence. A sender's HELLO carries the next seq it will send."""
+    """Presence. A sender's HELLO carries the next seq it will send; a receiver's
+    HELLO that answers a sender's names it in ``echo`` ("" otherwise)."""
 
     stream: str
     node: str
     role: str
     mode: str
+    epoch: int
     next_seq: int
+    echo: str
     ts: float
 
 
@@ -149,6 +152,12 @@ def _ts(v: Any) -> float:
     return float(v)
 
 
+def _echo(v: Any) -> str:
+    if type(v) is not str or len(v) > MAX_NAME_CHARS:
+        raise ProtocolError("expected a name of at most 256 characters")
+    return v
+
+
 def _role(v: Any) -> str:
     if v not in ROLES:
         raise ProtocolError("expected role 'sender' or 'receiver'")
@@ -175,7 +184,7 @@ _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
     T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads)),
     T_NAK: (Nak, (_name, _name, _level, _fill, _ts)),
     T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
-    T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _ts)),
+    T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts)),
     T_BYE: (Bye, (_name, _name, _role, _ts)),
     T_END: (End, (_name, _name, _uint, _uint, _ts)),
 }

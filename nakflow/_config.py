@@ -45,6 +45,9 @@ class NakConfig:
     cut_factors: Mapping[int, float] = field(default_factory=lambda: dict(DEFAULT_CUT_FACTORS))
     #: After a cut, NAKs no stronger than it only block increases for this long, s.
     hold_s: float = 0.2
+    #: Increases start after this long without any NAK, s. Receivers repeat a held level
+    #: every window_s, so a quiet gap must be clearly longer than that (default 2 windows).
+    quiet_s: float = 0.1
     #: The increase is applied in steps of this length while no NAK arrives, s.
     step_s: float = 0.05
     #: CUBIC growth constant, relative to the rate at the last NAK, per s^3 (RFC 8312 shape).
@@ -64,7 +67,7 @@ class NakConfig:
         init = self.initial_rate_msgs
         if init is not None and not (self.min_rate_msgs <= init <= self.max_rate_msgs):
             raise ConfigError("initial_rate_msgs must lie in [min_rate_msgs, max_rate_msgs]")
-        for name in ("window_s", "step_s", "cubic_c", "burst_s"):
+        for name in ("window_s", "step_s", "cubic_c", "burst_s", "quiet_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0")
         if self.hold_s < 0 or self.hysteresis_pct < 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from ._bucket import TokenBucket
@@ -47,15 +48,24 @@ class SenderFlow(ABC):
 
 
 class NoFlow(SenderFlow):
-    """``none``: no flow control; receivers' queues overflow and drops are counted."""
+    """``none``: no flow control (at most a fixed rate cap); receivers' queues overflow
+    and their drops are counted."""
 
     mode = "none"
 
+    def __init__(self, max_rate_msgs: float | None = None, burst_s: float = 0.005) -> None:
+        self.bucket = None if max_rate_msgs is None else TokenBucket(max_rate_msgs,
+                                                                     burst_s=burst_s)
+
     def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        if self.bucket is not None:
+            wait = self.bucket.request(n, now=now)
+            if wait:
+                return 0, wait
         return n, 0.0
 
     def snapshot(self) -> dict[str, Any]:
-        return {"mode": self.mode}
+        return {"mode": self.mode, "rate_limit": None if self.bucket is None else self.bucket.rate}
 
 
 class NakFlow(SenderFlow):
@@ -97,15 +107,21 @@ class AckFlow(SenderFlow):
     mode = "ack"
 
     def __init__(self, stream: str, sender: str, epoch: int,
-                 config: AckConfig | None = None, *, next_seq: int = 0) -> None:
+                 config: AckConfig | None = None, *, next_seq: int = 0,
+                 max_rate_msgs: float | None = None) -> None:
         self.stream = stream
         self.key: SenderKey = (sender, epoch)
         self.ledger = CreditLedger(config, next_seq=next_seq)
+        self.cap = NoFlow(max_rate_msgs)
         self.stalls = 0
 
     def admit(self, n: int, *, now: float) -> tuple[int, float]:
         ledger = self.ledger
         k = min(n, ledger.sendable(now=now))
+        if k and self.cap.bucket is not None:
+            capped, wait = self.cap.admit(k, now=now)
+            if not capped:
+                return 0, wait
         if k:
             ledger.on_sent(k, now=now)
         if k < n:
@@ -130,14 +146,24 @@ class AckFlow(SenderFlow):
 
 def make_sender_flow(mode: str, *, stream: str, sender: str, epoch: int,
                      nak: NakConfig | None = None, ack: AckConfig | None = None,
-                     next_seq: int = 0) -> SenderFlow:
-    """Build the sender-side policy named by ``mode``."""
+                     next_seq: int = 0, max_rate_msgs: float | None = None) -> SenderFlow:
+    """Build the sender-side policy named by ``mode``.
+
+    ``max_rate_msgs`` caps every mode: it is ``nak``'s ceiling, and a fixed rate for
+    ``none`` and ``ack``.
+    """
     check_mode(mode)
     if mode == "nak":
-        return NakFlow(stream, nak)
+        cfg = nak or NakConfig()
+        if max_rate_msgs is not None:
+            cfg = replace(cfg, max_rate_msgs=max_rate_msgs,
+                          min_rate_msgs=min(cfg.min_rate_msgs, max_rate_msgs),
+                          initial_rate_msgs=None)
+        return NakFlow(stream, cfg)
     if mode == "ack":
-        return AckFlow(stream, sender, epoch, ack, next_seq=next_seq)
-    return NoFlow()
+        return AckFlow(stream, sender, epoch, ack, next_seq=next_seq,
+                       max_rate_msgs=max_rate_msgs)
+    return NoFlow(max_rate_msgs)
 
 
 class ReceiverFlow(ABC):

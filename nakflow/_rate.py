@@ -28,7 +28,7 @@ class NakRateController:
       nothing. After a cut, NAKs no stronger than it only block increases for
       ``hold_s``: a queue takes time to drain, and repeats of the same level
       during that time are not news.
-    * While no NAK arrives for ``window_s``, the limit rises in steps of
+    * While no NAK arrives for ``quiet_s``, the limit rises in steps of
       ``step_s`` along ``W + c*W*(t-K)^3``, W being the rate at the last cut.
     * ``on_sent(n, now=)`` feeds the send-rate meter.
     """
@@ -86,7 +86,7 @@ class NakRateController:
         w = cfg.min_rate_msgs
         k_max = _cbrt(1.0 / cfg.cubic_c)
         rise = _cbrt((cfg.max_rate_msgs / w - 1.0) / cfg.cubic_c)
-        return cfg.window_s + k_max + rise + cfg.step_s
+        return cfg.quiet_s + k_max + rise + cfg.step_s
 
     # -- events --------------------------------------------------------------
     def on_sent(self, n: int, *, now: float) -> None:
@@ -140,12 +140,13 @@ class NakRateController:
         return None
 
     def _sending_rate(self, now: float) -> float | None:
-        rates = []
+        """The last complete meter period's rate, else the current partial one."""
         if self._measured is not None:
-            rates.append(self._measured)
-        if self._meter_t0 is not None and now - self._meter_t0 >= self.config.window_s / 4:
-            rates.append(self._meter_count / (now - self._meter_t0))
-        return max(rates) if rates else None
+            return self._measured
+        t0 = self._meter_t0
+        if t0 is not None and now - t0 >= self.config.window_s / 4:
+            return self._meter_count / (now - t0)
+        return None
 
     def _cut(self, level: int, base: float, now: float) -> None:
         cfg = self.config
@@ -168,12 +169,12 @@ class NakRateController:
         self._r0 = self._rate = rate
         self._quiet_from = now
         self._k = _cbrt((self._w - rate) / (cfg.cubic_c * self._w))
-        self._next_tick = now + cfg.window_s if rate < cfg.max_rate_msgs else math.inf
+        self._next_tick = now + cfg.quiet_s if rate < cfg.max_rate_msgs else math.inf
 
     def _evaluate(self, now: float) -> None:
         cfg = self.config
         assert self._quiet_from is not None
-        elapsed = now - self._quiet_from - cfg.window_s
+        elapsed = now - self._quiet_from - cfg.quiet_s
         if elapsed < 0:
             return
         steps = math.floor(elapsed / cfg.step_s) + 1
@@ -185,7 +186,7 @@ class NakRateController:
         if rate >= cfg.max_rate_msgs:
             self._next_tick = math.inf
         else:
-            self._next_tick = self._quiet_from + cfg.window_s + steps * cfg.step_s
+            self._next_tick = self._quiet_from + cfg.quiet_s + steps * cfg.step_s
 
     def snapshot(self) -> dict[str, Any]:
         """Metrics and state, JSON-ready."""

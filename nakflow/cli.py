@@ -1,2 +1,230 @@
-def main() -> int:
+"""The ``nakflow`` command line.
+
+Built-in subcommands: ``send``, ``receive``, ``demo``. Other packages add theirs
+through the ``nakflow.commands`` entry-point group (a function that takes the
+subparsers object and registers a parser whose ``func`` runs it), so nakflow
+never imports the simulations or the Spark adapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from typing import Any
+
+from ._config import MODES
+from ._errors import NakflowError
+
+log = logging.getLogger("nakflow.cli")
+
+
+class _Stop:
+    """Turns SIGTERM/SIGINT into a flag so a run ends cleanly and still reports."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.requested = True
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+        return value
+    return parse
+
+
+def _non_negative(text: str) -> float:
+    value = _positive(float)(text) if text not in ("0", "0.0") else 0.0
+    return float(value)
+
+
+def emit(result: dict[str, Any], as_json: bool) -> None:
+    """Print a run's metrics: one JSON object on stdout, or a readable listing."""
+    if as_json:
+        print(json.dumps(result, sort_keys=True, default=str), flush=True)
+        return
+    for key, value in result.items():
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value, default=str)
+        print(f"{key:>24}: {value}")
+
+
+# -- receive -----------------------------------------------------------------------
+def cmd_receive(args: argparse.Namespace) -> int:
+    from .receiver import Receiver
+
+    stop = _Stop()
+    rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
+                  receiver_id=args.id, capacity_msgs=args.capacity, overflow=args.overflow,
+                  drop_duplicates=args.drop_duplicates, overhear=args.overhear or ())
+    if args.ready_file:
+        with open(args.ready_file + ".tmp", "w") as f:
+            json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
+                       "id": rx.receiver_id}, f)
+        import os
+        os.replace(args.ready_file + ".tmp", args.ready_file)
+    log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id, rx.data_endpoints,
+             rx.feedback_endpoints, args.mode)
+    t0 = time.monotonic()
+    consumed = 0
+    rate = args.consume_rate
+    stall_from = args.stall_at if args.stall_for else None
+    try:
+        while not stop.requested:
+            now = time.monotonic()
+            elapsed = now - t0
+            if args.duration is not None and elapsed >= args.duration:
+                break
+            if args.senders and len(rx.ends()) >= args.senders and rx.depth() == 0 \
+                    and rx.wait_drained(0):
+                break
+            if stall_from is not None and stall_from <= elapsed < stall_from + args.stall_for:
+                time.sleep(min(0.05, stall_from + args.stall_for - elapsed))
+                continue
+            budget = 256
+            if rate:
+                budget = int(elapsed * rate) - consumed
+                if budget < 1:
+                    time.sleep(max(0.0005, min(0.01, (1 - budget) / rate)))
+                    continue
+                budget = min(budget, 256)
+            consumed += len(rx.get_many(budget, timeout=0.05))
+    finally:
+        rx.close()
+    while rx.get_many(1 << 20, timeout=0):  # after close the queue is ours: count it drained
+        pass
+    snap = rx.snapshot()
+    snap["consume_rate"] = rate
+    snap["ends"] = len(rx.ends())
+    emit(snap, args.json)
+    return 0 if snap["error"] is None else 1
+
+
+# -- send ----------------------------------------------------------------------------
+def cmd_send(args: argparse.Namespace) -> int:
+    from .sender import Sender
+
+    stop = _Stop()
+    payload = b"x" * args.size
+    with Sender(args.data, args.feedback, mode=args.mode, stream=args.stream,
+                sender_id=args.id, max_rate_msgs=args.max_rate) as tx:
+        if args.wait_receivers:
+            tx.wait_for_receivers(args.wait_receivers, timeout=args.wait_timeout)
+        t0 = time.monotonic()
+        count = args.count if args.count is not None else (None if args.duration else 10_000)
+        end = None if args.duration is None else t0 + args.duration
+        i = 0
+        while not stop.requested and (count is None or i < count):
+            if end is not None and (i & 63) == 0 and time.monotonic() >= end:
+                break
+            if args.batch > 1:
+                n = args.batch if count is None else min(args.batch, count - i)
+                tx.send_batch([payload] * n)
+                i += n
+            else:
+                tx.send(payload)
+                i += 1
+        tx.flush()
+        snap = tx.snapshot()
+    emit(snap, args.json)
     return 0
+
+
+# -- demo ----------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ._local import run_local_comparison
+
+    result = run_local_comparison(modes=args.modes.split(","), count=args.count,
+                                  slow_rate=args.slow_rate, capacity=args.capacity,
+                                  progress=not args.json)
+    if args.json:
+        emit(result, True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nakflow", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO on stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data", required=True, help="data endpoint URI(s), comma-separated")
+        p.add_argument("--feedback", required=True, help="feedback endpoint URI(s)")
+        p.add_argument("--mode", choices=MODES, default="nak")
+        p.add_argument("--stream", default="default")
+        p.add_argument("--id", default=None, help="node id (default: random)")
+        p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+
+    r = sub.add_parser("receive", help="receive a stream and report its metrics")
+    common(r)
+    r.add_argument("--capacity", type=_positive(int), default=10_000, help="queue bound, msgs")
+    r.add_argument("--overflow", choices=("drop-newest", "drop-oldest", "block"),
+                   default="drop-newest")
+    r.add_argument("--consume-rate", type=_positive(float), default=None,
+                   metavar="MSGS_PER_S", help="consume no faster than this")
+    r.add_argument("--stall-at", type=_non_negative, default=0.0, metavar="S")
+    r.add_argument("--stall-for", type=_non_negative, default=0.0, metavar="S")
+    r.add_argument("--senders", type=_positive(int), default=None, metavar="N",
+                   help="exit after END from N senders, queue drained")
+    r.add_argument("--duration", type=_positive(float), default=None, metavar="S")
+    r.add_argument("--drop-duplicates", action="store_true")
+    r.add_argument("--overhear", default=None, help="other receivers' feedback URIs")
+    r.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
+    r.set_defaults(func=cmd_receive)
+
+    s = sub.add_parser("send", help="send a stream of fixed-size messages")
+    common(s)
+    s.add_argument("--count", type=_positive(int), default=None)
+    s.add_argument("--size", type=_positive(int), default=100, metavar="BYTES")
+    s.add_argument("--duration", type=_positive(float), default=None, metavar="S")
+    s.add_argument("--max-rate", type=_positive(float), default=None, metavar="MSGS_PER_S")
+    s.add_argument("--batch", type=_positive(int), default=1, help="messages per DATA frame")
+    s.add_argument("--wait-receivers", type=_positive(int), default=None, metavar="N")
+    s.add_argument("--wait-timeout", type=_positive(float), default=10.0, metavar="S")
+    s.set_defaults(func=cmd_send)
+
+    d = sub.add_parser("demo", help="three local receivers (one slow), one sender per mode")
+    d.add_argument("--modes", default=",".join(MODES))
+    d.add_argument("--count", type=_positive(int), default=100_000)
+    d.add_argument("--slow-rate", type=_positive(float), default=20_000.0)
+    d.add_argument("--capacity", type=_positive(int), default=5_000)
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_demo)
+
+    for ep in entry_points(group="nakflow.commands"):
+        try:
+            ep.load()(sub)
+        except Exception as exc:  # a broken plugin must not take the CLI down
+            log.warning("nakflow command plugin %s failed to load: %s", ep.name, exc)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return int(args.func(args))
+    except (NakflowError, ValueError, TimeoutError) as exc:
+        print(f"nakflow {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

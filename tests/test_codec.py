@@ -29,7 +29,7 @@ frames = st.one_of(
     st.builds(Nak, names, names, st.integers(1, 100), st.floats(0, 1000), ts),
     st.builds(Credit, names, names, names, u63, u63, ts),
     st.builds(Hello, names, names, st.sampled_from(["sender", "receiver"]),
-              st.sampled_from(["nak", "ack", "none"]), u63, ts),
+              st.sampled_from(["nak", "ack", "none"]), u63, u63, st.text(max_size=5), ts),
     st.builds(Bye, names, names, st.sampled_from(["sender", "receiver"]), ts),
     st.builds(End, names, names, u63, u63, ts),
 )
@@ -38,7 +38,7 @@ EXAMPLES = [
     Data("s", "p0", 3, 100, 1.5, (b"a", b"", b"xyz")),
     Nak("s", "r1", 87, 88.5, 2.0),
     Credit("s", "r1", "p0", 3, 4096, 2.0),
-    Hello("s", "r1", "receiver", "nak", 0, 1.0),
+    Hello("s", "r1", "receiver", "nak", 0, 0, "p0", 1.0),
     Bye("s", "p0", "sender", 1.0),
     End("s", "p0", 3, 5000, 9.0),
 ]

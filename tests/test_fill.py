@@ -64,3 +64,13 @@ def test_suppressed_by_an_equal_or_higher_nak_heard_in_window():
 def test_capacity_must_be_positive():
     with pytest.raises(ConfigError):
         FillMonitor(0)
+
+
+def test_backpressure_episodes_use_high_and_low_watermarks():
+    from nakflow import BackpressureEpisodes
+
+    ep = BackpressureEpisodes(100)
+    for t, depth in [(0.0, 90), (1.0, 100), (1.5, 60), (2.0, 49), (3.0, 100), (3.2, 10)]:
+        ep.observe(depth, now=t)
+    snap = ep.snapshot(now=4.0)
+    assert snap == {"backpressure_events": 2, "backpressure_duration_s": 1.2}

@@ -57,7 +57,7 @@ def test_many_receivers_same_nak_in_window_act_like_one():
 
 
 def test_stepwise_cubic_increase_exact_values():
-    cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6)
+    cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6, quiet_s=0.05)
     ctrl = NakRateController(cfg)
     ctrl.on_nak(87, now=0.0)  # rate 5000, W 10000, K = cbrt(0.5/4) = 0.5 s
     assert ctrl.rate(now=0.049) == 5_000  # first quiet window: no rise yet
@@ -83,9 +83,9 @@ def test_hold_blocks_increase_without_recutting_then_recut_after_hold():
     assert ctrl.on_nak(75, now=0.04) is False  # same window, equal level
     assert ctrl.on_nak(75, now=0.08) is False  # outside window, inside hold
     assert ctrl.holds == 1
-    assert ctrl.rate(now=0.129) == 7_000  # quiet timer restarted at 0.08
-    assert ctrl.rate(now=0.13) > 7_000  # one quiet window later: the first step
-    assert ctrl.on_nak(50, now=0.19) is False
+    assert ctrl.rate(now=0.179) == 7_000  # quiet timer restarted at 0.08
+    assert ctrl.rate(now=0.181) > 7_000  # quiet_s later: the first step
+    assert ctrl.on_nak(50, now=0.19) is False  # still holding: blocks the rise again
     before = ctrl.rate(now=0.21)
     assert ctrl.on_nak(75, now=0.21) is True  # hold over: the queue is still not draining
     assert ctrl.rate(now=0.21) == pytest.approx(before * 0.7)
@@ -143,9 +143,10 @@ def test_limit_stays_within_bounds_under_any_nak_sequence(events):
         assert cfg.min_rate_msgs <= ctrl.rate(now=now + gap) <= cfg.max_rate_msgs
 
 
-@given(st.lists(st.tuples(st.floats(0.0, 0.0499), st.sampled_from([50, 75, 87, 100])),
+@given(st.lists(st.tuples(st.floats(0.0, 0.0999), st.sampled_from([50, 75, 87, 100])),
                 min_size=1, max_size=80))
 def test_a_nak_in_every_window_never_lets_the_rate_rise(events):
+    """Gaps up to just under quiet_s (2 windows): receivers' repeats come late, never early."""
     ctrl = NakRateController(NakConfig(initial_rate_msgs=50_000))
     now = 0.0
     ctrl.on_nak(50, now=now)

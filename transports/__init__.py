@@ -1,1 +1,27 @@
-"""placeholder"""
+"""Thin ZeroMQ transports for nakflow: PUB/SUB over tcp, ipc, inproc and epgm."""
+
+from .channels import (
+    MULTICAST,
+    SCHEMES,
+    EndpointError,
+    SocketOptions,
+    drain,
+    is_multicast,
+    open_pub,
+    open_sub,
+    parse_endpoints,
+    scheme_of,
+)
+
+__all__ = [
+    "MULTICAST",
+    "SCHEMES",
+    "EndpointError",
+    "SocketOptions",
+    "drain",
+    "is_multicast",
+    "open_pub",
+    "open_sub",
+    "parse_endpoints",
+    "scheme_of",
+]

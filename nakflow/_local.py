@@ -1,0 +1,186 @@
+"""Run receivers and senders as separate local processes through the CLI.
+
+Used by ``nakflow demo``, by the integration tests and by the evaluation job:
+every process is a real ``nakflow receive`` / ``nakflow send`` on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ReceiverSpec:
+    """One local receiver process."""
+
+    #: Receiver id.
+    name: str
+    #: Consume no faster than this, msgs/s (None: as fast as it can).
+    consume_rate_msgs: float | None = None
+    #: Stall the consumer this many seconds after start, s.
+    stall_at_s: float = 0.0
+    #: ... for this long, s (0: no stall).
+    stall_for_s: float = 0.0
+    #: Queue bound, msgs.
+    capacity_msgs: int = 5_000
+    #: Deliver each (sender, seq) once across epochs.
+    drop_duplicates: bool = False
+
+
+def nakflow_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "nakflow", *args]
+
+
+class LocalReceivers:
+    """Start receiver processes on ``tcp://127.0.0.1:*`` and collect their JSON reports."""
+
+    def __init__(self, specs: Sequence[ReceiverSpec], *, mode: str, senders: int = 1,
+                 stream: str = "default", duration_s: float = 120.0,
+                 host: str = "127.0.0.1") -> None:
+        self.specs = list(specs)
+        self.mode = mode
+        self._tmp = tempfile.TemporaryDirectory(prefix="nakflow-rx-")
+        self.procs: list[subprocess.Popen[str]] = []
+        self._ready_files: list[str] = []
+        for spec in self.specs:
+            ready = os.path.join(self._tmp.name, f"{spec.name}.json")
+            args = ["receive", "--data", f"tcp://{host}:*", "--feedback", f"tcp://{host}:*",
+                    "--mode", mode, "--stream", stream, "--id", spec.name,
+                    "--capacity", str(spec.capacity_msgs), "--senders", str(senders),
+                    "--duration", str(duration_s), "--json", "--ready-file", ready]
+            if spec.consume_rate_msgs:
+                args += ["--consume-rate", str(spec.consume_rate_msgs)]
+            if spec.stall_for_s:
+                args += ["--stall-at", str(spec.stall_at_s), "--stall-for", str(spec.stall_for_s)]
+            if spec.drop_duplicates:
+                args.append("--drop-duplicates")
+            self.procs.append(subprocess.Popen(nakflow_cmd(*args), stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, text=True))
+            self._ready_files.append(ready)
+        self.data: list[str] = []
+        self.feedback: list[str] = []
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Wait until every receiver has bound its endpoints."""
+        end = time.monotonic() + timeout_s
+        for proc, path in zip(self.procs, self._ready_files, strict=True):
+            while not os.path.exists(path):
+                if proc.poll() is not None:
+                    err = proc.stderr.read() if proc.stderr else ""
+                    raise RuntimeError(f"receiver exited early: {err}")
+                if time.monotonic() > end:
+                    raise TimeoutError("receivers did not bind in time")
+                time.sleep(0.02)
+            with open(path) as f:
+                info = json.load(f)
+            self.data += info["data"]
+            self.feedback += info["feedback"]
+
+    def results(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+        """Wait for every receiver to finish; return their JSON reports."""
+        out = []
+        for proc in self.procs:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+            if proc.returncode != 0 or not stdout.strip():
+                raise RuntimeError(f"receiver failed ({proc.returncode}): {stderr[-2000:]}")
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+        return out
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> LocalReceivers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_sender(data: Sequence[str], feedback: Sequence[str], *, mode: str, count: int,
+               size: int = 100, wait_receivers: int = 0, extra: Sequence[str] = (),
+               timeout_s: float = 300.0) -> dict[str, Any]:
+    """Run ``nakflow send`` as a process; return its JSON report."""
+    args = ["send", "--data", ",".join(data), "--feedback", ",".join(feedback), "--mode", mode,
+            "--count", str(count), "--size", str(size), "--json", *extra]
+    if wait_receivers:
+        args += ["--wait-receivers", str(wait_receivers)]
+    proc = subprocess.run(nakflow_cmd(*args), capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sender failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
+
+
+def run_mode(mode: str, specs: Sequence[ReceiverSpec], *, count: int, size: int = 100,
+             extra_send: Sequence[str] = ()) -> dict[str, Any]:
+    """One sender process to ``specs`` receiver processes under ``mode``."""
+    slowest = min((s.consume_rate_msgs for s in specs if s.consume_rate_msgs), default=None)
+    budget = 60.0 + (3.0 * count / slowest if slowest else 0.0)
+    with LocalReceivers(specs, mode=mode, duration_s=budget) as rx:
+        rx.wait_ready()
+        sender = run_sender(rx.data, rx.feedback, mode=mode, count=count, size=size,
+                            wait_receivers=len(specs), extra=extra_send, timeout_s=budget)
+        receivers = rx.results(timeout_s=budget + 30)
+    return {"mode": mode, "sender": sender, "receivers": receivers}
+
+
+def summarize(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Table rows (one per receiver) from a run_mode result."""
+    s = run["sender"]
+    fb_per_s = s["feedback_frames"] / s["elapsed_s"] if s["elapsed_s"] else 0.0
+    rows = []
+    for r in run["receivers"]:
+        rows.append({
+            "mode": run["mode"], "receiver": r["receiver_id"],
+            "send_rate": round(s["rate_msgs"]), "blocked_s": round(s["blocked_s"], 2),
+            "goodput": round(r["delivered"] / r["elapsed_s"]) if r["elapsed_s"] else 0,
+            "delivered": r["delivered"], "dropped": r["dropped"], "lost": r["lost"],
+            "dups": r["duplicates"], "queue_peak": r["queue_peak"],
+            "naks": sum(r["naks_sent"].values()), "credits": r["credits_sent"],
+            "fb_per_s_at_sender": round(fb_per_s, 1),
+            "p99_ms": r["latency_ms"]["p99"],
+        })
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no rows)"
+    cols = list(rows[0])
+    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    line = "  ".join(c.rjust(width[c]) for c in cols)
+    body = ["  ".join(str(r[c]).rjust(width[c]) for c in cols) for r in rows]
+    return "\n".join([line, "-" * len(line), *body])
+
+
+def run_local_comparison(modes: Sequence[str], *, count: int = 100_000,
+                         slow_rate: float = 20_000.0, capacity: int = 5_000,
+                         progress: bool = True) -> dict[str, Any]:
+    """Three receivers (one slow), one sender, once per mode; prints a table."""
+    specs = [ReceiverSpec("slow", consume_rate_msgs=slow_rate, capacity_msgs=capacity),
+             ReceiverSpec("fast-1", capacity_msgs=capacity),
+             ReceiverSpec("fast-2", capacity_msgs=capacity)]
+    runs, rows = [], []
+    for mode in modes:
+        t0 = time.monotonic()
+        run = run_mode(mode, specs, count=count)
+        runs.append(run)
+        rows += summarize(run)
+        if progress:
+            print(f"[demo] mode {mode}: done in {time.monotonic() - t0:.1f} s", file=sys.stderr,
+                  flush=True)
+    if progress:
+        print(format_table(rows))
+    return {"runs": runs, "table": rows}

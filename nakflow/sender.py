@@ -1,0 +1,328 @@
+"""The live sender: DATA out over ZeroMQ PUB, feedback in over SUB, one thread.
+
+A thin driver of the sans-I/O policy (``make_sender_flow``): it reads the clock,
+asks the policy, sends, and while it must wait it polls the feedback socket
+with the wait as the timeout, so a blocked sender still reacts to feedback.
+Both sockets belong to the thread that uses the Sender; never share one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+
+from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
+
+from ._codec import (
+    DEFAULT_MAX_FRAME_BYTES,
+    Bye,
+    Credit,
+    End,
+    Hello,
+    Nak,
+    decode,
+    encode,
+    encode_data,
+)
+from ._config import AckConfig, NakConfig, check_mode
+from ._errors import ConfigError, ProtocolError
+from ._flow import AckFlow, make_sender_flow
+
+log = logging.getLogger("nakflow.sender")
+
+FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
+MAX_BATCH_MSGS = 1024  # payloads per DATA frame in send_batch
+MAX_BATCH_BYTES = 256 * 1024
+
+
+class Sender:
+    """Publishes a stream to nakflow receivers under ``nak``, ``ack`` or ``none`` control.
+
+    Args:
+        data: receivers' data endpoints (list or comma-separated), or a multicast group.
+        feedback: receivers' feedback endpoints, or the feedback multicast group.
+        mode: ``"nak"`` (default), ``"ack"`` or ``"none"``.
+        stream: stream name; feedback for other streams is ignored.
+        sender_id: unique id of this sender (default: random).
+        epoch: incarnation number; a restarted sender must use a new one
+            (default: milliseconds since the Unix epoch, so restarts increase it).
+        nak, ack: policy parameters.
+        hello_interval_s: how often a sender waiting for receivers or credit says HELLO.
+        max_rate_msgs: a cap in every mode (``nak``: its ceiling), msgs/s.
+
+    Raises:
+        ConfigError, transports.EndpointError: bad arguments.
+    """
+
+    def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str], *,
+                 mode: str = "nak", stream: str = "default", sender_id: str | None = None,
+                 epoch: int | None = None, nak: NakConfig | None = None,
+                 ack: AckConfig | None = None, options: SocketOptions | None = None,
+                 context: zmq.Context[zmq.Socket[bytes]] | None = None,
+                 hello_interval_s: float = 0.1, max_rate_msgs: float | None = None,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.mode = check_mode(mode)
+        if not stream or len(stream) > 256:
+            raise ConfigError("stream must be a name of 1..256 characters")
+        self.stream = stream
+        self.sender_id = sender_id or f"s-{uuid.uuid4().hex[:12]}"
+        self.epoch = int(time.time() * 1000) if epoch is None else int(epoch)
+        if self.epoch < 0:
+            raise ConfigError("epoch must be >= 0")
+        self.hello_interval_s = hello_interval_s
+        self.max_frame_bytes = max_frame_bytes
+        self._flow = make_sender_flow(mode, stream=stream, sender=self.sender_id,
+                                      epoch=self.epoch, nak=nak, ack=ack,
+                                      max_rate_msgs=max_rate_msgs)
+        self._ctx = context or zmq.Context.instance()
+        data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
+        self._pub, _ = open_pub(self._ctx, data_uris, bind=False, options=options)
+        try:
+            self._sub, _ = open_sub(self._ctx, fb_uris, bind=False, options=options)
+        except BaseException:
+            self._pub.close(0)
+            raise
+        self._poller = zmq.Poller()
+        self._poller.register(self._sub, zmq.POLLIN)
+        self._pid = os.getpid()
+        self._t0 = time.monotonic()
+        self._wall_offset = time.time() - self._t0
+        self._next_fb_check = self._t0
+        self._next_hello = self._t0
+        self.seq = 0
+        self._closed = False
+        self._ended = False
+        self._receivers_heard: set[str] = set()
+        self._echoed: set[str] = set()
+        self._warned_mode = False
+        self.sent = 0
+        self.bytes = 0
+        self.frames = 0
+        self.blocked_s = 0.0
+        self.try_refused = 0
+        self.feedback_frames = 0
+        self.feedback_bytes = 0
+        self.malformed = 0
+        self.foreign = 0
+
+    # -- sending ---------------------------------------------------------------
+    def try_send(self, payload: bytes) -> bool:
+        """Send one message if the policy allows it now; never blocks."""
+        now = time.monotonic()
+        if now >= self._next_fb_check:
+            self._read_feedback(now, 0.0)
+        granted, _ = self._flow.admit(1, now=now)
+        if not granted:
+            self.try_refused += 1
+            return False
+        self._emit(now, (payload,))
+        return True
+
+    def send(self, payload: bytes, timeout: float | None = None) -> None:
+        """Send one message, waiting while the rate limit or credit says so.
+
+        Raises TimeoutError if ``timeout`` seconds pass without permission.
+        """
+        now = time.monotonic()
+        if now >= self._next_fb_check:
+            self._read_feedback(now, 0.0)
+        granted, wait = self._flow.admit(1, now=now)
+        if not granted:
+            now = self._wait_admit(1, wait, now, timeout)
+        self._emit(now, (payload,))
+
+    def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
+        """Send many messages in few DATA frames, paced by the policy as a whole.
+
+        Raises TimeoutError if ``timeout`` seconds pass without any permission;
+        the messages sent before that stay sent (``self.seq`` says how many).
+        """
+        i, n = 0, len(payloads)
+        while i < n:
+            j, size = i, 0
+            while j < n and j - i < MAX_BATCH_MSGS and (size < MAX_BATCH_BYTES or j == i):
+                size += len(payloads[j])
+                j += 1
+            now = time.monotonic()
+            if now >= self._next_fb_check:
+                self._read_feedback(now, 0.0)
+            granted, wait = self._flow.admit(j - i, now=now)
+            if not granted:
+                if math.isinf(wait):  # credit: take what is granted when it comes
+                    now = self._wait_admit(1, wait, now, timeout)
+                    granted = 1
+                else:
+                    now = self._wait_admit(j - i, wait, now, timeout)
+                    granted = j - i
+            self._emit(now, payloads[i:i + granted])
+            i += granted
+
+    def _wait_admit(self, n: int, wait: float, now: float, timeout: float | None) -> float:
+        start = now
+        give_up = math.inf if timeout is None else now + timeout
+        while True:
+            deadline = self._flow.next_deadline()
+            limit = min(now + wait, give_up, deadline if deadline is not None else math.inf)
+            if math.isinf(wait):  # waiting for credit: let new receivers learn of us
+                limit = min(limit, self._next_hello)
+            self._read_feedback(now, max(0.0, limit - now))
+            now = time.monotonic()
+            if math.isinf(wait) and now >= self._next_hello:
+                self._hello(now)
+            granted, wait = self._flow.admit(n, now=now)
+            if granted:
+                self.blocked_s += now - start
+                return now
+            if now >= give_up:
+                self.blocked_s += now - start
+                raise TimeoutError(f"no permission to send within {timeout} s ({self.mode})")
+
+    def _emit(self, now: float, payloads: Sequence[bytes]) -> None:
+        buf = encode_data(self.stream, self.sender_id, self.epoch, self.seq,
+                          now + self._wall_offset, payloads)
+        if len(buf) > self.max_frame_bytes:
+            raise ValueError(f"message of {len(buf)} bytes exceeds max_frame_bytes")
+        self._pub.send(buf)
+        k = len(payloads)
+        self.seq += k
+        self.sent += k
+        self.frames += 1
+        self.bytes += len(buf)
+
+    # -- feedback --------------------------------------------------------------
+    def _read_feedback(self, now: float, timeout_s: float) -> None:
+        """Handle pending feedback; wait up to ``timeout_s`` for the first frame."""
+        self._next_fb_check = now + FEEDBACK_CHECK_S
+        if timeout_s > 0 and not self._poller.poll(max(1, math.ceil(timeout_s * 1000))):
+            return
+        frames = drain(self._sub, 10_000)
+        if not frames:
+            return
+        now = time.monotonic()
+        for buf in frames:
+            self.feedback_bytes += len(buf)
+            try:
+                frame = decode(buf, self.max_frame_bytes)
+            except ProtocolError:
+                self.malformed += 1
+                continue
+            if frame.stream != self.stream:
+                self.foreign += 1
+                continue
+            self.feedback_frames += 1
+            if isinstance(frame, Hello):
+                if frame.role == "receiver":
+                    self._receivers_heard.add(frame.node)
+                    if frame.echo == self.sender_id:
+                        self._echoed.add(frame.node)
+                    if frame.mode != self.mode:
+                        self._warn_mode(f"receiver {frame.node} runs mode {frame.mode!r}")
+            elif isinstance(frame, Bye):
+                if frame.role == "receiver":
+                    self._receivers_heard.discard(frame.node)
+                    if isinstance(self._flow, AckFlow):
+                        self._flow.on_receiver_bye(frame.node)
+            elif (isinstance(frame, Nak) and self.mode != "nak") or (
+                    isinstance(frame, Credit) and self.mode != "ack"):
+                self._warn_mode(f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
+            self._flow.on_feedback(frame, now=now)
+
+    def _warn_mode(self, what: str) -> None:
+        if not self._warned_mode:
+            self._warned_mode = True
+            log.warning("mode mismatch on stream %r: %s; check every side's mode", self.stream,
+                        what)
+
+    def _hello(self, now: float) -> None:
+        self._next_hello = now + self.hello_interval_s
+        hello = Hello(self.stream, self.sender_id, "sender", self.mode, self.epoch, self.seq,
+                      "", now + self._wall_offset)
+        self._pub.send(encode(hello))
+
+    def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
+        """Block until ``n`` receivers answer this sender's HELLO on the data channel.
+
+        An answer proves the data path from this sender to that receiver is up,
+        which guards against ZeroMQ's slow-joiner loss. In NAK mode this presence
+        is used only here, never for flow control. Raises TimeoutError.
+        """
+        end = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            if len(self._echoed) >= n:
+                return len(self._echoed)
+            if now >= end:
+                raise TimeoutError(f"{len(self._echoed)} of {n} receivers answered in {timeout} s")
+            if now >= self._next_hello:
+                self._hello(now)
+            self._read_feedback(now, max(0.0, min(self._next_hello, end) - now))
+
+    # -- ending ----------------------------------------------------------------
+    def flush(self) -> None:
+        """Mark the stream complete: send END with the final sequence number."""
+        now = time.monotonic()
+        self._read_feedback(now, 0.0)
+        self._pub.send(encode(End(self.stream, self.sender_id, self.epoch, self.seq,
+                                  now + self._wall_offset)))
+        self._ended = True
+
+    def close(self, linger_s: float | None = None) -> None:
+        """Send END (if not yet) and BYE, then close the sockets."""
+        if self._closed:
+            return
+        self._closed = True
+        if os.getpid() != self._pid:  # a forked copy must not touch the parent's sockets
+            return
+        try:
+            if not self._ended:
+                self.flush()
+            self._pub.send(encode(Bye(self.stream, self.sender_id, "sender",
+                                      time.monotonic() + self._wall_offset)))
+        finally:
+            linger = None if linger_s is None else int(linger_s * 1000)
+            self._pub.close(linger)
+            self._sub.close(0)
+
+    def __enter__(self) -> Sender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metrics ---------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Metrics, JSON-ready."""
+        now = time.monotonic()
+        flow = self._flow.snapshot()
+        elapsed = now - self._t0
+        snap: dict[str, Any] = {
+            "sender_id": self.sender_id,
+            "epoch": self.epoch,
+            "stream": self.stream,
+            "mode": self.mode,
+            "sent": self.sent,
+            "frames": self.frames,
+            "bytes": self.bytes,
+            "elapsed_s": round(elapsed, 6),
+            "rate_msgs": round(self.sent / elapsed, 1) if elapsed > 0 else 0.0,
+            "blocked_s": round(self.blocked_s, 6),
+            "try_refused": self.try_refused,
+            "rate_limit": flow.get("rate_limit"),
+            "naks_received": flow.get("naks_received", {}),
+            "cuts": flow.get("cuts", 0),
+            "receivers": flow.get("receivers") if self.mode == "ack"
+            else len(self._receivers_heard),
+            "feedback_frames": self.feedback_frames,
+            "feedback_bytes": self.feedback_bytes,
+            "feedback_malformed": self.malformed,
+            "feedback_foreign": self.foreign,
+            "policy": flow,
+        }
+        return snap

@@ -1,0 +1,133 @@
+"""Thin ZeroMQ I/O for nakflow's two channels. Bytes in, bytes out; no policy.
+
+* data channel: senders PUB -> receivers SUB
+* feedback channel: receivers PUB -> senders SUB (and other receivers, to overhear)
+
+Who binds: for ``tcp://``, ``ipc://`` and ``inproc://`` receivers bind both
+their endpoints and senders connect to a list of them (Spark tasks come and
+go, receivers stay). For ``epgm://`` and ``pgm://`` everyone connects to the
+multicast group and nobody needs a list of anybody.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import zmq
+
+SCHEMES = ("tcp", "ipc", "inproc", "epgm", "pgm")
+MULTICAST = ("epgm", "pgm")
+
+
+class EndpointError(ValueError):
+    """An endpoint URI nakflow cannot use."""
+
+
+@dataclass(frozen=True)
+class SocketOptions:
+    """ZeroMQ socket options users need."""
+
+    #: Messages queued per peer before PUB drops (PUB never blocks), msgs.
+    sndhwm_msgs: int = 200_000
+    #: Messages queued per peer on the receiving side, msgs.
+    rcvhwm_msgs: int = 200_000
+    #: How long close() waits to hand queued messages to the kernel, ms.
+    linger_ms: int = 2_000
+    #: Largest message a socket accepts; bigger ones drop the connection, bytes.
+    max_msg_bytes: int = 16 * 1024 * 1024 + 1024
+    #: Multicast send rate (ZMQ_RATE), kbit/s.
+    multicast_rate_kbps: int = 1_000_000
+    #: Multicast recovery interval (ZMQ_RECOVERY_IVL): how long data is kept for repair, ms.
+    multicast_recovery_ms: int = 2_000
+    #: Multicast hops (ZMQ_MULTICAST_HOPS); 1 keeps traffic on the local segment.
+    multicast_hops: int = 1
+
+
+def scheme_of(uri: str) -> str:
+    scheme, sep, rest = uri.partition("://")
+    if not sep or not rest or scheme not in SCHEMES:
+        raise EndpointError(
+            f"endpoint {uri!r}: expected one of {', '.join(s + '://' for s in SCHEMES)}")
+    return scheme
+
+
+def is_multicast(uri: str) -> bool:
+    return scheme_of(uri) in MULTICAST
+
+
+def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
+    """``"tcp://a:1,tcp://b:2"`` or a list -> validated list of URIs."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    uris = [u.strip() for u in items if u and u.strip()]
+    if not uris:
+        raise EndpointError("at least one endpoint is required")
+    for u in uris:
+        scheme_of(u)
+        if is_multicast(u) and not zmq.has("pgm"):
+            raise EndpointError(
+                f"{u}: this pyzmq has no OpenPGM (zmq.has('pgm') is False); "
+                "run scripts/setup.sh as root to build it against Debian's libzmq3-dev")
+    return uris
+
+
+def _apply(sock: zmq.Socket[bytes], opts: SocketOptions, multicast: bool) -> None:
+    sock.setsockopt(zmq.LINGER, opts.linger_ms)
+    sock.setsockopt(zmq.SNDHWM, opts.sndhwm_msgs)
+    sock.setsockopt(zmq.RCVHWM, opts.rcvhwm_msgs)
+    sock.setsockopt(zmq.MAXMSGSIZE, opts.max_msg_bytes)
+    if multicast:
+        sock.setsockopt(zmq.RATE, opts.multicast_rate_kbps)
+        sock.setsockopt(zmq.RECOVERY_IVL, opts.multicast_recovery_ms)
+        sock.setsockopt(zmq.MULTICAST_HOPS, opts.multicast_hops)
+
+
+def _attach(sock: zmq.Socket[bytes], uris: Sequence[str], bind: bool) -> list[str]:
+    """Bind or connect to every URI (multicast always connects). Returns bound URIs."""
+    bound = []
+    for uri in uris:
+        if bind and not is_multicast(uri):
+            sock.bind(uri)
+            bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        else:
+            sock.connect(uri)
+    return bound
+
+
+def open_pub(ctx: zmq.Context[zmq.Socket[bytes]], uris: Sequence[str], *, bind: bool,
+             options: SocketOptions | None = None) -> tuple[zmq.Socket[bytes], list[str]]:
+    """A PUB socket on ``uris``; returns it and the endpoints actually bound."""
+    opts = options or SocketOptions()
+    sock = ctx.socket(zmq.PUB)
+    try:
+        _apply(sock, opts, any(is_multicast(u) for u in uris))
+        return sock, _attach(sock, uris, bind)
+    except BaseException:
+        sock.close(0)
+        raise
+
+
+def open_sub(ctx: zmq.Context[zmq.Socket[bytes]], uris: Sequence[str], *, bind: bool,
+             options: SocketOptions | None = None) -> tuple[zmq.Socket[bytes], list[str]]:
+    """A SUB socket subscribed to everything on ``uris``."""
+    opts = options or SocketOptions()
+    sock = ctx.socket(zmq.SUB)
+    try:
+        _apply(sock, opts, any(is_multicast(u) for u in uris))
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        return sock, _attach(sock, uris, bind)
+    except BaseException:
+        sock.close(0)
+        raise
+
+
+def drain(sock: zmq.Socket[bytes], limit: int) -> list[bytes]:
+    """Read up to ``limit`` messages without blocking."""
+    out: list[bytes] = []
+    recv = sock.recv
+    try:
+        for _ in range(limit):
+            out.append(recv(zmq.NOBLOCK))
+    except zmq.Again:
+        pass
+    return out
