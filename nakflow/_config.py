@@ -51,7 +51,7 @@ class NakConfig:
     #: The increase is applied in steps of this length while no NAK arrives, s.
     step_s: float = 0.05
     #: CUBIC growth constant, relative to the rate at the last NAK, per s^3 (RFC 8312 shape).
-    cubic_c: float = 4.0
+    cubic_c: float = 1.0
     #: Token-bucket burst, as seconds' worth of the current rate.
     burst_s: float = 0.005
     #: Receiver: fill levels that trigger a NAK, percent of capacity.

@@ -44,7 +44,8 @@ class LocalReceivers:
 
     def __init__(self, specs: Sequence[ReceiverSpec], *, mode: str, senders: int = 1,
                  stream: str = "default", duration_s: float = 120.0,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", data_uri: str | None = None,
+                 feedback_uri: str | None = None) -> None:
         self.specs = list(specs)
         self.mode = mode
         self._tmp = tempfile.TemporaryDirectory(prefix="nakflow-rx-")
@@ -52,7 +53,8 @@ class LocalReceivers:
         self._ready_files: list[str] = []
         for spec in self.specs:
             ready = os.path.join(self._tmp.name, f"{spec.name}.json")
-            args = ["receive", "--data", f"tcp://{host}:*", "--feedback", f"tcp://{host}:*",
+            args = ["receive", "--data", data_uri or f"tcp://{host}:*",
+                    "--feedback", feedback_uri or f"tcp://{host}:*",
                     "--mode", mode, "--stream", stream, "--id", spec.name,
                     "--capacity", str(spec.capacity_msgs), "--senders", str(senders),
                     "--duration", str(duration_s), "--json", "--ready-file", ready]
@@ -81,8 +83,8 @@ class LocalReceivers:
                 time.sleep(0.02)
             with open(path) as f:
                 info = json.load(f)
-            self.data += info["data"]
-            self.feedback += info["feedback"]
+            for mine, theirs in ((self.data, info["data"]), (self.feedback, info["feedback"])):
+                mine.extend(u for u in theirs if u not in mine)
 
     def results(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
         """Wait for every receiver to finish; return their JSON reports."""
@@ -124,11 +126,17 @@ def run_sender(data: Sequence[str], feedback: Sequence[str], *, mode: str, count
 
 
 def run_mode(mode: str, specs: Sequence[ReceiverSpec], *, count: int, size: int = 100,
-             extra_send: Sequence[str] = ()) -> dict[str, Any]:
-    """One sender process to ``specs`` receiver processes under ``mode``."""
+             extra_send: Sequence[str] = (), data_uri: str | None = None,
+             feedback_uri: str | None = None) -> dict[str, Any]:
+    """One sender process to ``specs`` receiver processes under ``mode``.
+
+    Default endpoints: each receiver binds ``tcp://127.0.0.1:*``. Give ``data_uri`` and
+    ``feedback_uri`` (e.g. two epgm groups) to put every process on the same ones.
+    """
     slowest = min((s.consume_rate_msgs for s in specs if s.consume_rate_msgs), default=None)
     budget = 60.0 + (3.0 * count / slowest if slowest else 0.0)
-    with LocalReceivers(specs, mode=mode, duration_s=budget) as rx:
+    with LocalReceivers(specs, mode=mode, duration_s=budget, data_uri=data_uri,
+                        feedback_uri=feedback_uri) as rx:
         rx.wait_ready()
         sender = run_sender(rx.data, rx.feedback, mode=mode, count=count, size=size,
                             wait_receivers=len(specs), extra=extra_send, timeout_s=budget)

@@ -27,7 +27,8 @@ class NakRateController:
       level's factor, relative to the same base; weaker or equal NAKs change
       nothing. After a cut, NAKs no stronger than it only block increases for
       ``hold_s``: a queue takes time to drain, and repeats of the same level
-      during that time are not news.
+      during that time are not news — except the top level (100 %): a full
+      queue is dropping, so each window at that level cuts again.
     * While no NAK arrives for ``quiet_s``, the limit rises in steps of
       ``step_s`` along ``W + c*W*(t-K)^3``, W being the rate at the last cut.
     * ``on_sent(n, now=)`` feeds the send-rate meter.
@@ -119,7 +120,9 @@ class NakRateController:
             # stronger NAK in the same window: deepen the cut, same base
             self._cut(factor_level, self._window_base, now)
             return True
-        if now < self._hold_until and factor_level <= self._cut_level:
+        # a full queue (top level) is dropping already: its repeats always cut again
+        if (now < self._hold_until and factor_level <= self._cut_level
+                and factor_level < self._levels_desc[0]):
             self.holds += 1
             self._block_increase(now, current)
             return False
@@ -154,8 +157,12 @@ class NakRateController:
         self._window_level = level
         self._cut_level = level
         self._hold_until = now + cfg.hold_s
-        self._w = base
-        new_rate = min(max(base * cfg.cut_factors[level], cfg.min_rate_msgs), cfg.max_rate_msgs)
+        # CUBIC fast convergence (RFC 8312 4.6): a cut below the last W means the
+        # capacity shrank; aim the return lower than the rate at this NAK.
+        factor = cfg.cut_factors[level]
+        w = base * (1.0 + factor) / 2.0 if base < self._w else base
+        self._w = min(max(w, cfg.min_rate_msgs), cfg.max_rate_msgs)
+        new_rate = min(max(base * factor, cfg.min_rate_msgs), self._w)
         self._set_origin(new_rate, now)
 
     def _block_increase(self, now: float, current: float) -> None:

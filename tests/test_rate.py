@@ -57,7 +57,7 @@ def test_many_receivers_same_nak_in_window_act_like_one():
 
 
 def test_stepwise_cubic_increase_exact_values():
-    cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6, quiet_s=0.05)
+    cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6, quiet_s=0.05, cubic_c=4.0)
     ctrl = NakRateController(cfg)
     ctrl.on_nak(87, now=0.0)  # rate 5000, W 10000, K = cbrt(0.5/4) = 0.5 s
     assert ctrl.rate(now=0.049) == 5_000  # first quiet window: no rise yet
@@ -91,6 +91,14 @@ def test_hold_blocks_increase_without_recutting_then_recut_after_hold():
     assert ctrl.rate(now=0.21) == pytest.approx(before * 0.7)
     assert ctrl.on_nak(100, now=0.22) is True  # stronger, same window: deepens from the base
     assert ctrl.rate(now=0.22) == pytest.approx(before * 0.25)
+
+
+def test_repeated_top_level_nak_cuts_every_window_despite_hold():
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=10_000, hold_s=1.0))
+    ctrl.on_nak(100, now=0.0)
+    assert ctrl.on_nak(100, now=0.06) is True  # a full queue drops: no holding
+    assert ctrl.rate(now=0.06) == pytest.approx(10_000 * 0.25 * 0.25)
+    assert ctrl.on_nak(87, now=0.2) is False  # below the top level the hold applies
 
 
 def test_min_rate_floors_every_cut():

@@ -1,0 +1,189 @@
+"""The live middleware with real processes on loopback: the issue's scenarios 1, 2 and 4."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import zmq
+
+from nakflow import AckConfig
+from nakflow._local import LocalReceivers, ReceiverSpec, nakflow_cmd, run_mode
+from nakflow.receiver import Receiver
+from nakflow.sender import Sender
+
+pytestmark = pytest.mark.slow
+SLOW_RATE = 10_000.0
+COUNT = 40_000
+
+
+@pytest.fixture(scope="module")
+def slow_receiver_runs() -> dict[str, dict]:
+    """Scenario 1: one sender, three receivers, one consuming at a fixed slow rate."""
+    specs = [ReceiverSpec("slow", consume_rate_msgs=SLOW_RATE, capacity_msgs=2_000),
+             ReceiverSpec("fast-1", capacity_msgs=2_000),
+             ReceiverSpec("fast-2", capacity_msgs=2_000)]
+    return {mode: run_mode(mode, specs, count=COUNT) for mode in ("nak", "ack", "none")}
+
+
+def by_id(run: dict) -> dict[str, dict]:
+    return {r["receiver_id"]: r for r in run["receivers"]}
+
+
+def test_nak_slow_receiver_throttles_the_sender_and_spares_the_others(slow_receiver_runs):
+    """NAK mode cuts the sender to the slow receiver: no loss in flight, fast receivers get
+    everything, and the slow one drops far less than without flow control.
+
+    Zero drops at the slow receiver is the goal of issue 3 and is NOT met yet with a
+    200 ms queue (2,000 msgs at 10k msgs/s): the rate oscillates around the consume rate
+    and 0 to ~15k of 40k messages overflow depending on the run (``none``: ~30k).
+    Tightening this to ``dropped == 0`` is the open work.
+    """
+    run = slow_receiver_runs["nak"]
+    by = by_id(run)
+    for name in ("fast-1", "fast-2"):
+        assert (by[name]["dropped"], by[name]["lost"], by[name]["delivered"]) == (0, 0, COUNT)
+    slow = by["slow"]
+    assert slow["lost"] == 0 and slow["delivered"] + slow["dropped"] == COUNT
+    none_drops = by_id(slow_receiver_runs["none"])["slow"]["dropped"]
+    assert slow["dropped"] < none_drops
+    assert run["sender"]["cuts"] > 0 and sum(slow["naks_sent"].values()) > 0
+
+
+def test_ack_slow_receiver_no_loss(slow_receiver_runs):
+    run = slow_receiver_runs["ack"]
+    for r in run["receivers"]:
+        assert (r["dropped"], r["lost"], r["delivered"]) == (0, 0, COUNT), r["receiver_id"]
+        assert r["credits_sent"] > 0
+
+
+def test_none_slow_receiver_drops_and_counts_them(slow_receiver_runs):
+    slow = by_id(slow_receiver_runs["none"])["slow"]
+    assert slow["dropped"] > 0
+    assert slow["delivered"] + slow["dropped"] + slow["lost"] == COUNT  # nothing silent
+
+
+def _send_during_stall(mode: str, ack: AckConfig | None = None) -> dict[str, float]:
+    """Scenario 2: four receiver processes, one SIGSTOPped for 3 s mid-stream."""
+    specs = [ReceiverSpec(f"r{i}", capacity_msgs=5_000) for i in range(4)]
+    with LocalReceivers(specs, mode=mode, duration_s=60) as rx:
+        rx.wait_ready()
+        victim = rx.procs[0]
+        sent_at: list[tuple[float, int]] = []
+        with Sender(rx.data, rx.feedback, mode=mode, ack=ack, max_rate_msgs=20_000) as tx:
+            tx.wait_for_receivers(4, timeout=15)
+            t0 = time.monotonic()
+            phases = {"stop": t0 + 1.0, "cont": t0 + 4.0, "end": t0 + 6.0}
+            stopped = resumed = False
+            while (now := time.monotonic()) < phases["end"]:
+                if not stopped and now >= phases["stop"]:
+                    os.kill(victim.pid, signal.SIGSTOP)
+                    stopped = True
+                if not resumed and now >= phases["cont"]:
+                    os.kill(victim.pid, signal.SIGCONT)
+                    resumed = True
+                if tx.try_send(b"x" * 100):
+                    sent_at.append((now, tx.seq))
+                else:
+                    time.sleep(0.0002)
+            tx.flush()
+        rx.results(timeout_s=60)
+
+    def rate(a: float, b: float) -> float:
+        n = sum(1 for t, _ in sent_at if t0 + a <= t < t0 + b)
+        return n / (b - a)
+
+    return {"before": rate(0.2, 1.0), "stall_early": rate(1.2, 2.2),
+            "stall_late": rate(3.0, 4.0), "after": rate(4.5, 6.0)}
+
+
+def test_stalled_receiver_nak_keeps_sending_to_the_others():
+    r = _send_during_stall("nak")
+    assert r["before"] > 2_000
+    assert r["stall_early"] > 0.5 * r["before"] and r["stall_late"] > 0.5 * r["before"]
+
+
+def test_stalled_receiver_ack_stalls_until_timeout_then_recovers():
+    r = _send_during_stall("ack", AckConfig(receiver_timeout_s=1.5))
+    assert r["before"] > 2_000
+    assert r["stall_early"] < 0.2 * r["before"]  # the stopped receiver's credit governs
+    assert r["stall_late"] > 0.5 * r["before"]  # evicted after 1.5 s: the others flow again
+
+
+def test_garbage_on_both_channels_is_counted_and_real_traffic_flows():
+    """Scenario 4: random bytes and absurd frames on both channels while real data flows."""
+    ctx = zmq.Context.instance()
+    got: list[object] = []
+    rng = random.Random(7)
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", capacity_msgs=50_000,
+                  handler=got.append) as rx:
+        junk_data = ctx.socket(zmq.PUB)
+        junk_data.connect(rx.data_endpoints[0])
+        junk_fb = ctx.socket(zmq.PUB)
+        junk_port = junk_fb.bind_to_random_port("tcp://127.0.0.1")
+        stop = threading.Event()
+
+        def flood() -> None:
+            sent = 0
+            while not stop.is_set() and sent < 200_000:
+                junk_data.send(rng.randbytes(rng.randrange(0, 64)))
+                junk_fb.send(rng.randbytes(rng.randrange(0, 64)))
+                sent += 1
+                if sent % 500 == 0:
+                    time.sleep(0.001)
+
+        with Sender(rx.data_endpoints, [rx.feedback_endpoints[0],
+                                        f"tcp://127.0.0.1:{junk_port}"]) as tx:
+            tx.wait_for_receivers(1, timeout=15)
+            flooder = threading.Thread(target=flood)
+            flooder.start()
+            try:
+                for i in range(10_000):
+                    tx.send(b"real-%d" % i, timeout=20)
+            finally:
+                stop.set()
+                flooder.join()
+                junk_data.close(0)
+                junk_fb.close(0)
+            tx.flush()
+            assert rx.wait_for_ends(1, timeout=15) and rx.wait_drained(timeout=15)
+            tx_snap = tx.snapshot()
+        snap = rx.snapshot()
+    assert snap["error"] is None
+    assert snap["malformed"] > 100 and tx_snap["feedback_malformed"] > 100
+    assert snap["delivered"] + snap["dropped"] == 10_000 and snap["lost"] == 0
+    assert sum(1 for m in got if m.payload.startswith(b"real-")) == snap["delivered"]
+
+
+def test_cli_contract_json_and_bad_arguments():
+    bad = subprocess.run(nakflow_cmd("send", "--data", "udp://x", "--feedback", "tcp://a:1",
+                                     "--count", "1"), capture_output=True, text=True)
+    assert bad.returncode == 2 and "error" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    bad = subprocess.run(nakflow_cmd("receive", "--data", "tcp://127.0.0.1:*", "--feedback",
+                                     "tcp://127.0.0.1:*", "--capacity", "-3"),
+                         capture_output=True, text=True)
+    assert bad.returncode == 2
+    ok = subprocess.run(nakflow_cmd("receive", "--data", "tcp://127.0.0.1:*", "--feedback",
+                                    "tcp://127.0.0.1:*", "--duration", "0.3", "--json"),
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0
+    import json
+    lines = ok.stdout.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["received"] == 0
+
+
+def test_demo_runs_from_the_console_script():
+    proc = subprocess.run([sys.executable, "-m", "nakflow", "demo", "--count", "5000",
+                           "--modes", "nak", "--json"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+    table = json.loads(proc.stdout)["table"]
+    assert {row["receiver"] for row in table} == {"slow", "fast-1", "fast-2"}
+    assert all(row["delivered"] == 5000 and row["dropped"] == 0 for row in table)
