@@ -384,15 +384,22 @@ class Receiver:
         for frame in self._flow.poll(seen_depth, now=now):
             self._send(frame)
 
-    def _on_data_socket(self, buf: bytes) -> None:
-        self.frames_in += 1
+    def _decode_own(self, buf: bytes) -> Frame | None:
+        """Decode a frame of this stream; count and drop malformed and foreign ones."""
         try:
             frame = decode(buf, self.max_frame_bytes)
         except ProtocolError:
             self.malformed += 1
-            return
+            return None
         if frame.stream != self.stream:
             self.foreign += 1
+            return None
+        return frame
+
+    def _on_data_socket(self, buf: bytes) -> None:
+        self.frames_in += 1
+        frame = self._decode_own(buf)
+        if frame is None:
             return
         now = time.monotonic()
         if isinstance(frame, Data):
@@ -454,12 +461,8 @@ class Receiver:
             self._flow.on_enqueued(key, n)
 
     def _on_overheard(self, buf: bytes, now: float) -> None:
-        try:
-            frame = decode(buf, self.max_frame_bytes)
-        except ProtocolError:
-            self.malformed += 1
-            return
-        if frame.stream != self.stream:
+        frame = self._decode_own(buf)
+        if frame is None:
             return
         if (isinstance(frame, Nak) and self.mode == "ack") or (
                 isinstance(frame, Credit) and self.mode == "nak"):

@@ -94,31 +94,30 @@ def _attach(sock: zmq.Socket[bytes], uris: Sequence[str], bind: bool) -> list[st
     return bound
 
 
-def open_pub(ctx: zmq.Context[zmq.Socket[bytes]], uris: Sequence[str], *, bind: bool,
-             options: SocketOptions | None = None) -> tuple[zmq.Socket[bytes], list[str]]:
-    """A PUB socket on ``uris``; returns it and the endpoints actually bound."""
+def _open(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, uris: Sequence[str], bind: bool,
+          options: SocketOptions | None) -> tuple[zmq.Socket[bytes], list[str]]:
     opts = options or SocketOptions()
-    sock = ctx.socket(zmq.PUB)
+    sock = ctx.socket(kind)
     try:
         _apply(sock, opts, any(is_multicast(u) for u in uris))
+        if kind == zmq.SUB:
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
         return sock, _attach(sock, uris, bind)
     except BaseException:
         sock.close(0)
         raise
+
+
+def open_pub(ctx: zmq.Context[zmq.Socket[bytes]], uris: Sequence[str], *, bind: bool,
+             options: SocketOptions | None = None) -> tuple[zmq.Socket[bytes], list[str]]:
+    """A PUB socket on ``uris``; returns it and the endpoints actually bound."""
+    return _open(ctx, zmq.PUB, uris, bind, options)
 
 
 def open_sub(ctx: zmq.Context[zmq.Socket[bytes]], uris: Sequence[str], *, bind: bool,
              options: SocketOptions | None = None) -> tuple[zmq.Socket[bytes], list[str]]:
-    """A SUB socket subscribed to everything on ``uris``."""
-    opts = options or SocketOptions()
-    sock = ctx.socket(zmq.SUB)
-    try:
-        _apply(sock, opts, any(is_multicast(u) for u in uris))
-        sock.setsockopt(zmq.SUBSCRIBE, b"")
-        return sock, _attach(sock, uris, bind)
-    except BaseException:
-        sock.close(0)
-        raise
+    """A SUB socket subscribed to everything on ``uris``; returns it and the bound endpoints."""
+    return _open(ctx, zmq.SUB, uris, bind, options)
 
 
 def drain(sock: zmq.Socket[bytes], limit: int) -> list[bytes]:
