@@ -274,15 +274,15 @@ class Sender:
         self._ended = True
 
     def close(self, linger_s: float | None = None) -> None:
-        """Send END (if not yet) and BYE, then close the sockets."""
+        """Send END (again) and BYE, then close the sockets."""
         if self._closed:
             return
         self._closed = True
         if os.getpid() != self._pid:  # a forked copy must not touch the parent's sockets
             return
         try:
-            if not self._ended:
-                self.flush()
+            self.flush()  # END again even after flush(): it is idempotent, and on a lossy
+            # transport (multicast without flow control) one copy can be lost
             self._pub.send(encode(Bye(self.stream, self.sender_id, "sender",
                                       time.monotonic() + self._wall_offset)))
         finally:
