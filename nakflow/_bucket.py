@@ -58,6 +58,16 @@ class TokenBucket:
         self.waits += 1
         return (need - self._tokens) / self._rate
 
+    def take_up_to(self, n: int, *, now: float) -> int:
+        """Take as many whole tokens as are available, at most ``n``; return how many."""
+        self._refill(now)
+        k = int(self._tokens)
+        if k > n:
+            k = n
+        if k > 0:
+            self._tokens -= k
+        return max(k, 0)
+
     def set_rate(self, rate: float, *, now: float) -> None:
         """Change the rate at ``now``; tokens earned so far are kept (up to the new burst)."""
         if not rate > 0:

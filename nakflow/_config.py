@@ -37,8 +37,14 @@ class NakConfig:
     min_rate_msgs: float = 50.0
     #: Highest send rate, msgs/s. The default is far above what one Python sender reaches.
     max_rate_msgs: float = 2_000_000.0
-    #: Rate before any NAK, msgs/s; None means max_rate_msgs (seed 001: start non-limiting).
-    initial_rate_msgs: float | None = None
+    #: Rate at first use, msgs/s; None means max_rate_msgs (seed 001's non-limiting start).
+    #: The default probes upward instead (see ramp_factor): a non-limiting start fills the
+    #: socket buffers, which no receiver can see, faster than any NAK can come back.
+    initial_rate_msgs: float | None = 5_000.0
+    #: Until the first NAK, the limit grows by this factor every step_s (slow start, as in
+    #: TCP): 1.25 per 50 ms is x87 per second, and at most x1.6 past a receiver's rate
+    #: before its NAK (100 ms later) takes effect.
+    ramp_factor: float = 1.25
     #: The sender acts on the strongest NAK within this window, s (seed 001: "e.g. 50ms").
     window_s: float = 0.05
     #: Cut factor per NAK level (percent -> multiplier in (0, 1)).
@@ -65,8 +71,10 @@ class NakConfig:
         if not (self.max_rate_msgs >= self.min_rate_msgs and math.isfinite(self.max_rate_msgs)):
             raise ConfigError("max_rate_msgs must be finite and >= min_rate_msgs")
         init = self.initial_rate_msgs
-        if init is not None and not (self.min_rate_msgs <= init <= self.max_rate_msgs):
-            raise ConfigError("initial_rate_msgs must lie in [min_rate_msgs, max_rate_msgs]")
+        if init is not None and not (self.min_rate_msgs <= init and math.isfinite(init)):
+            raise ConfigError("initial_rate_msgs must be finite and >= min_rate_msgs")
+        if not (self.ramp_factor > 1 and math.isfinite(self.ramp_factor)):
+            raise ConfigError("ramp_factor must be a finite number > 1")
         for name in ("window_s", "step_s", "cubic_c", "burst_s", "quiet_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0")
@@ -83,8 +91,9 @@ class NakConfig:
 
     @property
     def start_rate_msgs(self) -> float:
-        """The rate before any NAK, msgs/s."""
-        return self.max_rate_msgs if self.initial_rate_msgs is None else self.initial_rate_msgs
+        """The rate at first use, msgs/s (initial_rate_msgs, at most max_rate_msgs)."""
+        init = self.initial_rate_msgs
+        return self.max_rate_msgs if init is None else min(init, self.max_rate_msgs)
 
 
 @dataclass(frozen=True)

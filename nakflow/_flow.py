@@ -35,12 +35,21 @@ class SenderFlow(ABC):
         before feedback arrives or ``next_deadline()``).
         """
 
+    @abstractmethod
+    def admit_up_to(self, n: int, *, now: float) -> int:
+        """Take permission for as many of ``n`` messages as may go at ``now`` (counted as
+        sent); for drivers that send what they may each tick (the simulator)."""
+
     def on_feedback(self, frame: Frame, *, now: float) -> None:  # noqa: B027 (optional hook)
         """A feedback frame for this sender's stream arrived at ``now``."""
 
     def next_deadline(self) -> float | None:
         """When the policy's state next changes by itself (None: only on feedback)."""
         return None
+
+    def limits(self, *, now: float) -> tuple[float | None, int | None]:
+        """(rate limit msgs/s, credit left msgs) at ``now``; None where not applicable."""
+        return None, None
 
     @abstractmethod
     def snapshot(self) -> dict[str, Any]:
@@ -63,6 +72,12 @@ class NoFlow(SenderFlow):
             if wait:
                 return 0, wait
         return n, 0.0
+
+    def admit_up_to(self, n: int, *, now: float) -> int:
+        return n if self.bucket is None else self.bucket.take_up_to(n, now=now)
+
+    def limits(self, *, now: float) -> tuple[float | None, int | None]:
+        return (None if self.bucket is None else self.bucket.rate), None
 
     def snapshot(self) -> dict[str, Any]:
         return {"mode": self.mode, "rate_limit": None if self.bucket is None else self.bucket.rate}
@@ -90,12 +105,24 @@ class NakFlow(SenderFlow):
         self.controller.on_sent(n, now=now)
         return n, 0.0
 
+    def admit_up_to(self, n: int, *, now: float) -> int:
+        rate = self.controller.rate(now=now)
+        bucket = self.bucket
+        if rate != bucket.rate:
+            bucket.set_rate(rate, now=now)
+        k = bucket.take_up_to(n, now=now)
+        self.controller.on_sent(k, now=now)
+        return k
+
     def on_feedback(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Nak and frame.stream == self.stream:
             self.controller.on_nak(frame.level, now=now)
 
     def next_deadline(self) -> float | None:
         return self.controller.next_deadline()
+
+    def limits(self, *, now: float) -> tuple[float | None, int | None]:
+        return self.controller.rate(now=now), None
 
     def snapshot(self) -> dict[str, Any]:
         return {"mode": self.mode, **self.controller.snapshot()}
@@ -129,6 +156,17 @@ class AckFlow(SenderFlow):
             return k, math.inf
         return k, 0.0
 
+    def admit_up_to(self, n: int, *, now: float) -> int:
+        ledger = self.ledger
+        k = min(n, ledger.sendable(now=now))
+        if k and self.cap.bucket is not None:
+            k = self.cap.bucket.take_up_to(k, now=now)
+        if k:
+            ledger.on_sent(k, now=now)
+        elif n:
+            self.stalls += 1
+        return k
+
     def on_feedback(self, frame: Frame, *, now: float) -> None:
         if (type(frame) is Credit and frame.stream == self.stream
                 and (frame.sender, frame.epoch) == self.key):
@@ -139,6 +177,9 @@ class AckFlow(SenderFlow):
 
     def next_deadline(self) -> float | None:
         return self.ledger.next_deadline()
+
+    def limits(self, *, now: float) -> tuple[float | None, int | None]:
+        return self.cap.limits(now=now)[0], self.ledger.sendable(now=now)
 
     def snapshot(self) -> dict[str, Any]:
         return {"mode": self.mode, "credit_stalls": self.stalls, **self.ledger.snapshot()}
@@ -157,8 +198,7 @@ def make_sender_flow(mode: str, *, stream: str, sender: str, epoch: int,
         cfg = nak or NakConfig()
         if max_rate_msgs is not None:
             cfg = replace(cfg, max_rate_msgs=max_rate_msgs,
-                          min_rate_msgs=min(cfg.min_rate_msgs, max_rate_msgs),
-                          initial_rate_msgs=None)
+                          min_rate_msgs=min(cfg.min_rate_msgs, max_rate_msgs))
         return NakFlow(stream, cfg)
     if mode == "ack":
         return AckFlow(stream, sender, epoch, ack, next_seq=next_seq,

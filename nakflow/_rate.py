@@ -2,8 +2,9 @@
 
 Cut by the strongest NAK heard within a window; raised stepwise while no NAK
 arrives, along a CUBIC curve (RFC 8312): return quickly toward the rate at
-which the last NAK came, then probe above it cautiously. The sender never
-tracks who the receivers are. No clock: every call takes ``now``.
+which the last NAK came, then probe above it cautiously. Before the first NAK
+the limit probes upward geometrically from ``initial_rate_msgs`` (slow start).
+The sender never tracks who the receivers are. No clock: every call takes ``now``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ class NakRateController:
       level's factor, relative to the same base; weaker or equal NAKs change
       nothing. After a cut, NAKs no stronger than it only block increases for
       ``hold_s``: a queue takes time to drain, and repeats of the same level
-      during that time are not news — except the top level (100 %): a full
-      queue is dropping, so each window at that level cuts again.
+      during that time are not news: the backlog the cut was meant for is still
+      draining through socket buffers and the queue, so re-cutting every window
+      would compound into a collapse.
+    * Before the first NAK (slow start) the limit grows by ``ramp_factor`` every
+      ``step_s`` from ``initial_rate_msgs``.
     * While no NAK arrives for ``quiet_s``, the limit rises in steps of
       ``step_s`` along ``W + c*W*(t-K)^3``, W being the rate at the last cut.
     * ``on_sent(n, now=)`` feeds the send-rate meter.
@@ -42,6 +46,7 @@ class NakRateController:
         self._r0 = start  # rate right after the last cut (the curve's origin)
         self._k = 0.0  # CUBIC K: time from origin to W, s
         self._quiet_from: float | None = None  # last NAK (or first use), s
+        self._slow_start = start < cfg.max_rate_msgs
         self._window_start = -math.inf
         self._window_base = start
         self._window_level = 0
@@ -87,7 +92,10 @@ class NakRateController:
         w = cfg.min_rate_msgs
         k_max = _cbrt(1.0 / cfg.cubic_c)
         rise = _cbrt((cfg.max_rate_msgs / w - 1.0) / cfg.cubic_c)
-        return cfg.quiet_s + k_max + rise + cfg.step_s
+        cubic = cfg.quiet_s + k_max + rise + cfg.step_s
+        ramp_steps = math.ceil(math.log(cfg.max_rate_msgs / cfg.start_rate_msgs)
+                               / math.log(cfg.ramp_factor)) + 1
+        return max(cubic, cfg.quiet_s + ramp_steps * cfg.step_s)
 
     # -- events --------------------------------------------------------------
     def on_sent(self, n: int, *, now: float) -> None:
@@ -120,9 +128,7 @@ class NakRateController:
             # stronger NAK in the same window: deepen the cut, same base
             self._cut(factor_level, self._window_base, now)
             return True
-        # a full queue (top level) is dropping already: its repeats always cut again
-        if (now < self._hold_until and factor_level <= self._cut_level
-                and factor_level < self._levels_desc[0]):
+        if now < self._hold_until and factor_level <= self._cut_level:
             self.holds += 1
             self._block_increase(now, current)
             return False
@@ -154,6 +160,7 @@ class NakRateController:
     def _cut(self, level: int, base: float, now: float) -> None:
         cfg = self.config
         self.cuts += 1
+        self._slow_start = False
         self._window_level = level
         self._cut_level = level
         self._hold_until = now + cfg.hold_s
@@ -169,7 +176,11 @@ class NakRateController:
         self._set_origin(current, now)
 
     def _anchor(self, now: float) -> None:
-        self._set_origin(self._rate, now)
+        if self._slow_start:  # the ramp needs no quiet gap: first step one step_s from now
+            cfg = self.config
+            self._set_origin(self._rate, now - cfg.quiet_s + cfg.step_s)
+        else:
+            self._set_origin(self._rate, now)
 
     def _set_origin(self, rate: float, now: float) -> None:
         cfg = self.config
@@ -181,13 +192,16 @@ class NakRateController:
     def _evaluate(self, now: float) -> None:
         cfg = self.config
         assert self._quiet_from is not None
-        elapsed = now - self._quiet_from - cfg.quiet_s
+        elapsed = now - self._quiet_from - cfg.quiet_s + 1e-9  # a tick is a tick
         if elapsed < 0:
             return
         steps = math.floor(elapsed / cfg.step_s) + 1
-        t = steps * cfg.step_s
-        w = self._w
-        rate = w + cfg.cubic_c * w * (t - self._k) ** 3
+        if self._slow_start:
+            rate = self._r0 * cfg.ramp_factor ** min(steps, 10_000)
+        else:
+            t = steps * cfg.step_s
+            w = self._w
+            rate = w + cfg.cubic_c * w * (t - self._k) ** 3
         rate = min(max(rate, self._r0, cfg.min_rate_msgs), cfg.max_rate_msgs)
         self._rate = rate
         if rate >= cfg.max_rate_msgs:

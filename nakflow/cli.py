@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
+from ._bucket import TokenBucket
 from ._config import MODES
 from ._errors import NakflowError
 
@@ -81,8 +82,11 @@ def cmd_receive(args: argparse.Namespace) -> int:
     log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id, rx.data_endpoints,
              rx.feedback_endpoints, args.mode)
     t0 = time.monotonic()
-    consumed = 0
     rate = args.consume_rate
+    # A slow consumer is a token bucket with a 10 ms burst: capacity it did not use
+    # while the queue was empty is gone, as with a real consumer of fixed speed.
+    pace = TokenBucket(rate, burst_s=0.01) if rate else None
+    chunk = 256 if rate is None else max(1, min(256, int(rate * 0.002)))
     stall_from = args.stall_at if args.stall_for else None
     try:
         while not stop.requested:
@@ -90,20 +94,17 @@ def cmd_receive(args: argparse.Namespace) -> int:
             elapsed = now - t0
             if args.duration is not None and elapsed >= args.duration:
                 break
-            if args.senders and len(rx.ends()) >= args.senders and rx.depth() == 0 \
-                    and rx.wait_drained(0):
+            if args.senders and len(rx.ends()) >= args.senders and rx.wait_drained(0):
                 break
             if stall_from is not None and stall_from <= elapsed < stall_from + args.stall_for:
                 time.sleep(min(0.05, stall_from + args.stall_for - elapsed))
                 continue
-            budget = 256
-            if rate:
-                budget = int(elapsed * rate) - consumed
-                if budget < 1:
-                    time.sleep(max(0.0005, min(0.01, (1 - budget) / rate)))
+            if pace is not None:
+                wait = pace.request(chunk, now=now)
+                if wait:
+                    time.sleep(wait)
                     continue
-                budget = min(budget, 256)
-            consumed += len(rx.get_many(budget, timeout=0.05))
+            rx.get_many(chunk, timeout=0.05)
     finally:
         rx.close()
     while rx.get_many(1 << 20, timeout=0):  # after close the queue is ours: count it drained

@@ -40,6 +40,7 @@ from ._episodes import BackpressureEpisodes
 from ._errors import ConfigError, ProtocolError
 from ._flow import make_receiver_flow
 from ._seqtrack import SequenceTracker
+from ._timeline import Timeline
 
 log = logging.getLogger("nakflow.receiver")
 
@@ -78,6 +79,8 @@ class Receiver:
         overhear: other receivers' feedback endpoints, to suppress NAKs they already
             sent (with multicast everyone hears everyone and this is not needed).
         handler: if given, a consumer thread calls it for every message.
+        timeline_interval_s: sampling interval of ``snapshot()["timeline"]`` (queue depth,
+            delivered, dropped, NAK level held over time; bounded in size).
 
     Raises:
         ConfigError, transports.EndpointError, zmq.ZMQError (e.g. address in use).
@@ -92,7 +95,8 @@ class Receiver:
                  context: zmq.Context[zmq.Socket[bytes]] | None = None,
                  hello_interval_s: float = 0.5,
                  handler: Callable[[Message], object] | None = None,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 timeline_interval_s: float = 0.05) -> None:
         self.mode = check_mode(mode)
         if overflow not in OVERFLOW_POLICIES:
             raise ConfigError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
@@ -156,6 +160,7 @@ class Receiver:
         self._senders_heard: set[tuple[str, int]] = set()
         self._warned_mode = False
         self.frames_in = 0
+        self.messages_in = 0
         self.malformed = 0
         self.foreign = 0
         self.dropped = 0
@@ -168,6 +173,8 @@ class Receiver:
         self._t0 = time.monotonic()
         self._wall_offset = time.time() - self._t0
         self._t_end: float | None = None
+        self.timeline = Timeline(("depth", "seen_depth", "received", "delivered", "dropped"),
+                                 interval_s=timeline_interval_s)
 
         self._io = threading.Thread(target=self._io_main, name=f"nakflow-rx-{self.receiver_id}",
                                     daemon=True)
@@ -205,6 +212,8 @@ class Receiver:
             for key, _ in items:
                 released[key] = released.get(key, 0) + 1
             self.delivered += n
+            if not q:
+                self._cond.notify_all()  # wait_drained()
             self._since_wake += n
             if self._since_wake >= self._wake_every or (was_full and self.overflow == "block"):
                 self._since_wake = 0
@@ -259,10 +268,12 @@ class Receiver:
     def wait_drained(self, timeout: float | None = None) -> bool:
         """Wait until the consumer has emptied the queue; False on timeout."""
         end = math.inf if timeout is None else time.monotonic() + timeout
-        while self._queue or self._pending:
-            if time.monotonic() >= end:
-                return False
-            time.sleep(0.005)
+        with self._cond:
+            while self._queue or self._pending:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, 1.0))
         return True
 
     def close(self, timeout: float = 5.0) -> None:
@@ -383,6 +394,9 @@ class Receiver:
                     break
         for frame in self._flow.poll(seen_depth, now=now):
             self._send(frame)
+        if self.timeline.due(now):
+            self.timeline.sample(now, depth, seen_depth, self.messages_in, self.delivered,
+                                 self.dropped)
 
     def _decode_own(self, buf: bytes) -> Frame | None:
         """Decode a frame of this stream; count and drop malformed and foreign ones."""
@@ -405,6 +419,7 @@ class Receiver:
         if isinstance(frame, Data):
             key = (frame.sender, frame.epoch)
             count = len(frame.payloads)
+            self.messages_in += count
             self._senders_heard.add(key)
             ranges = self._tracker.on_data(frame.sender, frame.epoch, frame.seq, count)
             self._flow.on_sender(key, frame.seq + count, now=now)
@@ -522,4 +537,5 @@ class Receiver:
             "handler_errors": self.handler_errors,
             "io_saturated_polls": self.saturated_polls,
             "error": None if self.error is None else repr(self.error),
+            "timeline": self.timeline.as_dict(t0=self._t0),
         }

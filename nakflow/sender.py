@@ -34,6 +34,7 @@ from ._codec import (
 from ._config import AckConfig, NakConfig, check_mode
 from ._errors import ConfigError, ProtocolError
 from ._flow import AckFlow, make_sender_flow
+from ._timeline import Timeline
 
 log = logging.getLogger("nakflow.sender")
 
@@ -56,6 +57,8 @@ class Sender:
         nak, ack: policy parameters.
         hello_interval_s: how often a sender waiting for receivers or credit says HELLO.
         max_rate_msgs: a cap in every mode (``nak``: its ceiling), msgs/s.
+        timeline_interval_s: sampling interval of ``snapshot()["timeline"]`` (sent,
+            rate limit, credit, blocked time over time; bounded in size).
 
     Raises:
         ConfigError, transports.EndpointError: bad arguments.
@@ -67,7 +70,8 @@ class Sender:
                  ack: AckConfig | None = None, options: SocketOptions | None = None,
                  context: zmq.Context[zmq.Socket[bytes]] | None = None,
                  hello_interval_s: float = 0.1, max_rate_msgs: float | None = None,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 timeline_interval_s: float = 0.05) -> None:
         self.mode = check_mode(mode)
         if not stream or len(stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
@@ -111,6 +115,9 @@ class Sender:
         self.feedback_bytes = 0
         self.malformed = 0
         self.foreign = 0
+        self.timeline = Timeline(("sent", "rate_limit", "credit", "blocked_s"),
+                                 interval_s=timeline_interval_s)
+        self._tl_next = self._t0
 
     # -- sending ---------------------------------------------------------------
     def try_send(self, payload: bytes) -> bool:
@@ -174,6 +181,8 @@ class Sender:
                 limit = min(limit, self._next_hello)
             self._read_feedback(now, max(0.0, limit - now))
             now = time.monotonic()
+            if now >= self._tl_next:
+                self._sample(now)
             if math.isinf(wait) and now >= self._next_hello:
                 self._hello(now)
             granted, wait = self._flow.admit(n, now=now)
@@ -195,6 +204,13 @@ class Sender:
         self.sent += k
         self.frames += 1
         self.bytes += len(buf)
+        if now >= self._tl_next:
+            self._sample(now)
+
+    def _sample(self, now: float) -> None:
+        rate, credit = self._flow.limits(now=now)
+        self.timeline.sample(now, self.sent, rate, credit, self.blocked_s)
+        self._tl_next = now + self.timeline.interval_s
 
     # -- feedback --------------------------------------------------------------
     def _read_feedback(self, now: float, timeout_s: float) -> None:
@@ -324,5 +340,6 @@ class Sender:
             "feedback_malformed": self.malformed,
             "feedback_foreign": self.foreign,
             "policy": flow,
+            "timeline": self.timeline.as_dict(t0=self._t0),
         }
         return snap

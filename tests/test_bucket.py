@@ -41,3 +41,12 @@ def test_rate_change_takes_effect_immediately():
 def test_rejects_non_positive_rate():
     with pytest.raises(ConfigError):
         TokenBucket(0)
+
+
+def test_take_up_to_takes_whole_tokens_only():
+    b = TokenBucket(1000, burst_s=0.01)  # 10 tokens
+    assert b.take_up_to(4, now=0.0) == 4
+    assert b.take_up_to(100, now=0.0) == 6
+    assert b.take_up_to(100, now=0.0) == 0
+    assert b.take_up_to(100, now=0.0025) == 2  # 2.5 tokens earned: 2 whole ones
+    assert b.take_up_to(100, now=0.003) == 1  # the half token was kept

@@ -74,3 +74,19 @@ def test_backpressure_episodes_use_high_and_low_watermarks():
         ep.observe(depth, now=t)
     snap = ep.snapshot(now=4.0)
     assert snap == {"backpressure_events": 2, "backpressure_duration_s": 1.2}
+
+
+def test_timeline_keeps_one_sample_per_interval_and_stays_bounded():
+    from nakflow._timeline import Timeline
+
+    tl = Timeline(("depth",), interval_s=10, max_samples=16)
+    for i in range(100):
+        tl.sample(i, i)
+    assert tl.as_dict()["depth"] == [0, 10, 20, 30, 40, 50, 60, 70, 80, 90]  # 10 s apart
+    for i in range(100, 10_000):
+        tl.sample(i, i)
+    assert len(tl) < 16 and tl.interval_s > 10  # halved and coarsened, never over the bound
+    series = tl.as_dict(t0=0.0)
+    assert series["t"][0] == 0.0 and series["t"][-1] > 9000  # still spans the whole run
+    with pytest.raises(ValueError):
+        tl.sample(1e6, 1, 2)

@@ -17,16 +17,30 @@ def measured(ctrl: NakRateController, rate: float, t0: float, t1: float) -> None
         ctrl.on_sent(int(rate / 1000), now=t0 + i / 1000)
 
 
-def test_starts_non_limiting_and_stays_there_without_naks():
-    ctrl = NakRateController()
+def test_non_limiting_start_stays_there_without_naks():
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=None))  # seed 001's start
     assert ctrl.rate(now=0.0) == NakConfig().max_rate_msgs
     assert ctrl.rate(now=1000.0) == NakConfig().max_rate_msgs
     assert ctrl.next_deadline() is None
 
 
+def test_default_start_ramps_geometrically_until_the_first_nak():
+    ctrl = NakRateController()
+    assert ctrl.rate(now=10.0) == 5_000  # first use anchors the ramp
+    assert ctrl.next_deadline() == pytest.approx(10.05)
+    assert ctrl.rate(now=10.049) == 5_000
+    assert ctrl.rate(now=10.05) == pytest.approx(5_000 * 1.25)
+    assert ctrl.rate(now=10.5) == pytest.approx(5_000 * 1.25 ** 10)
+    measured(ctrl, 40_000, 10.5, 10.6)
+    ctrl.on_nak(50, now=10.6)  # ends slow start: cut, then the CUBIC curve
+    assert ctrl.rate(now=10.6) == pytest.approx(40_000 * 0.9, rel=0.03)
+    assert ctrl.rate(now=10.6 + 0.1 + 0.05) < 40_000  # no geometric ramp any more
+    assert ctrl.rate(now=30.0) == NakConfig().max_rate_msgs
+
+
 def test_first_nak_cuts_relative_to_the_measured_send_rate():
     """A cut from the non-limiting start must bite: it applies to the rate reached."""
-    ctrl = NakRateController()
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=None))
     measured(ctrl, 10_000, 0.0, 0.1)
     assert ctrl.measured_rate() == pytest.approx(10_000, rel=0.02)
     assert ctrl.on_nak(50, now=0.1) is True
@@ -93,12 +107,16 @@ def test_hold_blocks_increase_without_recutting_then_recut_after_hold():
     assert ctrl.rate(now=0.22) == pytest.approx(before * 0.25)
 
 
-def test_repeated_top_level_nak_cuts_every_window_despite_hold():
-    ctrl = NakRateController(NakConfig(initial_rate_msgs=10_000, hold_s=1.0))
+def test_repeated_top_level_nak_cuts_once_per_hold():
+    """A full queue repeats NAK(100) every window while the backlog drains: re-cutting
+    on each would compound 0.25 per window into a collapse (measured live: 2M -> 150)."""
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=10_000, hold_s=0.2))
     ctrl.on_nak(100, now=0.0)
-    assert ctrl.on_nak(100, now=0.06) is True  # a full queue drops: no holding
-    assert ctrl.rate(now=0.06) == pytest.approx(10_000 * 0.25 * 0.25)
-    assert ctrl.on_nak(87, now=0.2) is False  # below the top level the hold applies
+    assert ctrl.on_nak(100, now=0.06) is False
+    assert ctrl.on_nak(100, now=0.15) is False
+    assert ctrl.rate(now=0.15) == pytest.approx(10_000 * 0.25)
+    assert ctrl.on_nak(100, now=0.21) is True  # hold over, still full: cut again
+    assert ctrl.rate(now=0.21) == pytest.approx(10_000 * 0.25 * 0.25)
 
 
 def test_min_rate_floors_every_cut():
@@ -131,7 +149,10 @@ def test_config_rejects_nonsense():
     with pytest.raises(ConfigError):
         NakConfig(cut_factors={50: 0.9})
     with pytest.raises(ConfigError):
-        NakConfig(initial_rate_msgs=1e9)
+        NakConfig(initial_rate_msgs=1)  # below min_rate_msgs
+    with pytest.raises(ConfigError):
+        NakConfig(ramp_factor=1.0)
+    assert NakConfig(initial_rate_msgs=1e9).start_rate_msgs == NakConfig().max_rate_msgs
 
 
 naks = st.lists(st.tuples(st.floats(0.0, 0.5), st.sampled_from([1, 50, 60, 75, 87, 99, 100])),
@@ -175,6 +196,7 @@ def test_after_naks_stop_rate_returns_to_max_within_bound(events, max_rate):
     cfg = NakConfig(min_rate_msgs=10, max_rate_msgs=max_rate)
     ctrl = NakRateController(cfg)
     now = 0.0
+    ctrl.rate(now=now)  # first use starts the clock (and the slow-start ramp)
     for gap, level in events:
         now += gap
         ctrl.on_nak(level, now=now)
