@@ -51,6 +51,8 @@ class NakConfig:
     cut_factors: Mapping[int, float] = field(default_factory=lambda: dict(DEFAULT_CUT_FACTORS))
     #: After a cut, NAKs no stronger than it only block increases for this long, s.
     hold_s: float = 0.2
+    #: The hold after a cut at the top level (a full queue drops data while it waits), s.
+    top_hold_s: float = 0.1
     #: Increases start after this long without any NAK, s. Receivers repeat a held level
     #: every window_s, so a quiet gap must be clearly longer than that (default 2 windows).
     quiet_s: float = 0.1
@@ -64,6 +66,11 @@ class NakConfig:
     levels: tuple[int, ...] = DEFAULT_LEVELS
     #: Receiver: a held level is released only when fill drops this far below it, points.
     hysteresis_pct: float = 10.0
+    #: Receiver: a due NAK waits a random hold-off in [0, backoff_s), truncated-exponential
+    #: (Nonnenmacher & Biersack), and is dropped if an equal or stronger one is overheard
+    #: meanwhile: with N receivers overloaded at once, about a constant number speak,
+    #: whatever N. 0 disables it; it needs an rng, so without one it is off too. s.
+    backoff_s: float = 0.01
 
     def __post_init__(self) -> None:
         if not (self.min_rate_msgs > 0 and math.isfinite(self.min_rate_msgs)):
@@ -78,8 +85,10 @@ class NakConfig:
         for name in ("window_s", "step_s", "cubic_c", "burst_s", "quiet_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0")
-        if self.hold_s < 0 or self.hysteresis_pct < 0:
-            raise ConfigError("hold_s and hysteresis_pct must be >= 0")
+        if min(self.hold_s, self.top_hold_s, self.hysteresis_pct, self.backoff_s) < 0:
+            raise ConfigError("hold_s, top_hold_s, hysteresis_pct and backoff_s must be >= 0")
+        if self.backoff_s >= self.window_s:
+            raise ConfigError("backoff_s must be shorter than window_s")
         if not self.levels or list(self.levels) != sorted(set(self.levels)):
             raise ConfigError("levels must be strictly increasing")
         if not all(0 < lv <= 100 for lv in self.levels):

@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Protocol
 
 from ._config import NakConfig
 from ._errors import ConfigError
+
+#: Shape of the truncated-exponential hold-off: a handful of receivers speak first,
+#: most draw late and hear them (good for N up to about e**10).
+BACKOFF_LAMBDA = 10.0
+_BACKOFF_SPAN = math.expm1(BACKOFF_LAMBDA)
+
+
+class Uniform(Protocol):
+    """An injected source of uniform draws in [0, 1) (random.Random, numpy Generator)."""
+
+    def random(self) -> float: ...
+
+
+def backoff_delay(u: float, backoff_s: float) -> float:
+    """The hold-off for a uniform draw ``u``: inverse CDF of the truncated exponential."""
+    return backoff_s / BACKOFF_LAMBDA * math.log1p(u * _BACKOFF_SPAN)
 
 
 class FillMonitor:
@@ -20,11 +37,16 @@ class FillMonitor:
       (seeds 002 and 004).
     * Suppression: NAKs are multicast, so every receiver hears the others'. A
       NAK due while one of equal or higher level was heard within the last
-      window is not sent — the sender would ignore it anyway. Feedback volume
-      then stays flat as receivers are added.
+      window is not sent — the sender would ignore it anyway.
+    * Hold-off (with an ``rng``): a due NAK first waits a random delay in
+      [0, ``backoff_s``) drawn from a truncated exponential, so that when N
+      receivers overload together a few speak and the rest overhear them
+      (SRM-style timers, Nonnenmacher & Biersack). Feedback volume then stays
+      roughly flat as receivers are added. ``next_deadline`` reports the timer.
     """
 
-    def __init__(self, capacity_msgs: int, config: NakConfig | None = None) -> None:
+    def __init__(self, capacity_msgs: int, config: NakConfig | None = None, *,
+                 rng: Uniform | None = None) -> None:
         if capacity_msgs < 1:
             raise ConfigError("capacity_msgs must be >= 1")
         self.capacity_msgs = capacity_msgs
@@ -37,6 +59,9 @@ class FillMonitor:
         self._heard_t = 0.0
         self.naks_sent: dict[int, int] = {}
         self.suppressed = 0
+        self._rng = rng if cfg.backoff_s > 0 else None
+        self._pending_at: float | None = None
+        self._pending_level = 0
 
     @property
     def held_level(self) -> int | None:
@@ -52,10 +77,18 @@ class FillMonitor:
         self._held = held
         if held is None:
             self._last_level = None
+            self._pending_at = None
             return None
         last = self._last_level
         if last is not None and held <= last and now - self._last_t < self.config.window_s:
             return None
+        if self._rng is not None:
+            if self._pending_at is None or held > self._pending_level:
+                self._pending_at = now + backoff_delay(self._rng.random(), self.config.backoff_s)
+                self._pending_level = held
+            if now < self._pending_at:
+                return None
+            self._pending_at = None
         self._last_level = held
         self._last_t = now
         if self._heard_level >= held and now - self._heard_t < self.config.window_s:
@@ -74,6 +107,8 @@ class FillMonitor:
         """When a held level is next due for repeat (None: nothing held)."""
         if self._held is None:
             return None
+        if self._pending_at is not None:
+            return self._pending_at
         return self._last_t + self.config.window_s
 
     def _held_at(self, fill: float) -> int | None:

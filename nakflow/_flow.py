@@ -17,7 +17,7 @@ from ._bucket import TokenBucket
 from ._codec import Credit, Frame, Nak
 from ._config import AckConfig, NakConfig, check_mode
 from ._credit import CreditGranter, CreditLedger, SenderKey
-from ._fill import FillMonitor
+from ._fill import FillMonitor, Uniform
 from ._rate import NakRateController
 
 
@@ -116,7 +116,7 @@ class NakFlow(SenderFlow):
 
     def on_feedback(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Nak and frame.stream == self.stream:
-            self.controller.on_nak(frame.level, now=now)
+            self.controller.on_nak(frame.level, now=now, fill=frame.fill)
 
     def next_deadline(self) -> float | None:
         return self.controller.next_deadline()
@@ -259,9 +259,9 @@ class NakFeedback(ReceiverFlow):
     mode = "nak"
 
     def __init__(self, stream: str, receiver: str, capacity_msgs: int,
-                 config: NakConfig | None = None) -> None:
+                 config: NakConfig | None = None, *, rng: Uniform | None = None) -> None:
         super().__init__(stream, receiver)
-        self.monitor = FillMonitor(capacity_msgs, config)
+        self.monitor = FillMonitor(capacity_msgs, config, rng=rng)
 
     def on_overheard(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Nak and frame.stream == self.stream and frame.receiver != self.receiver:
@@ -315,12 +315,12 @@ class AckFeedback(ReceiverFlow):
 
 
 def make_receiver_flow(mode: str, *, stream: str, receiver: str, capacity_msgs: int,
-                       nak: NakConfig | None = None,
-                       ack: AckConfig | None = None) -> ReceiverFlow:
-    """Build the receiver-side policy named by ``mode``."""
+                       nak: NakConfig | None = None, ack: AckConfig | None = None,
+                       rng: Uniform | None = None) -> ReceiverFlow:
+    """Build the receiver-side policy named by ``mode`` (``rng``: the NAK hold-off's draws)."""
     check_mode(mode)
     if mode == "nak":
-        return NakFeedback(stream, receiver, capacity_msgs, nak)
+        return NakFeedback(stream, receiver, capacity_msgs, nak, rng=rng)
     if mode == "ack":
         return AckFeedback(stream, receiver, capacity_msgs, ack)
     return NoFeedback(stream, receiver)

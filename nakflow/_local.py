@@ -138,7 +138,9 @@ def run_mode(mode: str, specs: Sequence[ReceiverSpec], *, count: int, size: int 
     with LocalReceivers(specs, mode=mode, duration_s=budget, data_uri=data_uri,
                         feedback_uri=feedback_uri) as rx:
         rx.wait_ready()
-        sender = run_sender(rx.data, rx.feedback, mode=mode, count=count, size=size,
+        data = [data_uri] if data_uri else rx.data  # a group is joined, not bound
+        feedback = [feedback_uri] if feedback_uri else rx.feedback
+        sender = run_sender(data, feedback, mode=mode, count=count, size=size,
                             wait_receivers=len(specs), extra=extra_send, timeout_s=budget)
         receivers = rx.results(timeout_s=budget + 30)
     return {"mode": mode, "sender": sender, "receivers": receivers}

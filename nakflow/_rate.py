@@ -51,6 +51,10 @@ class NakRateController:
         self._window_base = start
         self._window_level = 0
         self._cut_level = 0
+        self._cut_fill: float | None = None
+        self._episode = False  # between a cut and the next increase
+        self._episode_base = start
+        self._episode_level = 0
         self._hold_until = -math.inf
         self._last_now = -math.inf
         # cached step evaluation: the rate only changes at step ticks
@@ -109,8 +113,13 @@ class NakRateController:
             self._meter_t0 = now
             self._meter_count = 0
 
-    def on_nak(self, level: int, *, now: float) -> bool:
-        """Apply a NAK of ``level`` percent heard at ``now``. True if it cut the limit."""
+    def on_nak(self, level: int, *, now: float, fill: float | None = None) -> bool:
+        """Apply a NAK of ``level`` percent heard at ``now``. True if it cut the limit.
+
+        ``fill`` (the exact percent the NAK reports) lets a repeat tell a draining
+        queue from a growing one: after the hold, a NAK no stronger than the last
+        cut cuts again only if its fill is at least the fill that caused that cut.
+        """
         now = max(now, self._last_now)
         self._last_now = now
         factor_level = self._config_level(level)
@@ -127,9 +136,13 @@ class NakRateController:
                 return False
             # stronger NAK in the same window: deepen the cut, same base
             self._cut(factor_level, self._window_base, now)
+            self._cut_fill = fill
             return True
-        if now < self._hold_until and factor_level <= self._cut_level:
-            self.holds += 1
+        if factor_level <= self._cut_level and (
+                now < self._hold_until
+                or (self._episode and fill is not None and self._cut_fill is not None
+                    and fill < self._cut_fill)):
+            self.holds += 1  # held, or draining since the cut: not news
             self._block_increase(now, current)
             return False
         base = current
@@ -139,6 +152,7 @@ class NakRateController:
         self._window_start = now
         self._window_base = base
         self._cut(factor_level, base, now)
+        self._cut_fill = fill
         return True
 
     # -- internals -----------------------------------------------------------
@@ -163,11 +177,20 @@ class NakRateController:
         self._slow_start = False
         self._window_level = level
         self._cut_level = level
-        self._hold_until = now + cfg.hold_s
-        # CUBIC fast convergence (RFC 8312 4.6): a cut below the last W means the
-        # capacity shrank; aim the return lower than the rate at this NAK.
+        self._hold_until = now + (cfg.top_hold_s if level == self._levels_desc[0] else cfg.hold_s)
         factor = cfg.cut_factors[level]
-        w = base * (1.0 + factor) / 2.0 if base < self._w else base
+        if not self._episode:
+            self._episode = True
+            self._episode_base = base
+            self._episode_level = level
+        self._episode_level = max(self._episode_level, level)
+        # W, where the curve flattens, is set by the episode: the rate where it began,
+        # lowered by how strong it got (a NAK(100) means the rate was far above what
+        # the receiver takes; a NAK(50) that it was barely above): halfway to the cut
+        # the strongest level asks for, like CUBIC's fast convergence (RFC 8312 4.6).
+        # Repeats within the episode do not drag W down with them.
+        deepest = cfg.cut_factors[self._episode_level]
+        w = self._episode_base * (1.0 + deepest) / 2.0
         self._w = min(max(w, cfg.min_rate_msgs), cfg.max_rate_msgs)
         new_rate = min(max(base * factor, cfg.min_rate_msgs), self._w)
         self._set_origin(new_rate, now)
@@ -196,6 +219,7 @@ class NakRateController:
         if elapsed < 0:
             return
         steps = math.floor(elapsed / cfg.step_s) + 1
+        self._episode = False  # quiet long enough: the next NAK begins a new episode
         if self._slow_start:
             rate = self._r0 * cfg.ramp_factor ** min(steps, 10_000)
         else:

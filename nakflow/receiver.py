@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import threading
 import time
 import uuid
@@ -109,7 +110,8 @@ class Receiver:
         self.hello_interval_s = hello_interval_s
         self.max_frame_bytes = max_frame_bytes
         self._flow = make_receiver_flow(mode, stream=stream, receiver=self.receiver_id,
-                                        capacity_msgs=capacity_msgs, nak=nak, ack=ack)
+                                        capacity_msgs=capacity_msgs, nak=nak, ack=ack,
+                                        rng=random.Random())
         self._tracker = SequenceTracker(drop_duplicates=drop_duplicates)
         self._episodes = BackpressureEpisodes(capacity_msgs)
         self._chunk = max(1, min(256, capacity_msgs // 20))
@@ -169,6 +171,7 @@ class Receiver:
         self.feedback_bytes = 0
         self.handler_errors = 0
         self.saturated_polls = 0
+        self._dropped_seen = 0
         self.error: BaseException | None = None
         self._t0 = time.monotonic()
         self._wall_offset = time.time() - self._t0
@@ -385,6 +388,9 @@ class Receiver:
             self._flow.on_released(key, n)
         self._episodes.observe(depth, now=now)
         seen_depth = depth
+        if self.dropped > self._dropped_seen:  # overflowed since the last look: it was full
+            self._dropped_seen = self.dropped
+            seen_depth = self.capacity_msgs
         if self._behind_since is not None:
             behind = (now - self._behind_since) / self._window_s
             for windows, fill in SATURATION_FILL:

@@ -36,23 +36,16 @@ def by_id(run: dict) -> dict[str, dict]:
     return {r["receiver_id"]: r for r in run["receivers"]}
 
 
-def test_nak_slow_receiver_throttles_the_sender_and_spares_the_others(slow_receiver_runs):
-    """NAK mode cuts the sender to the slow receiver: no loss in flight, fast receivers get
-    everything, and the slow one drops far less than without flow control.
-
-    Zero drops at the slow receiver is the goal of issue 3 and is NOT met yet with a
-    200 ms queue (2,000 msgs at 10k msgs/s): the rate oscillates around the consume rate
-    and 0 to ~15k of 40k messages overflow depending on the run (``none``: ~30k).
-    Tightening this to ``dropped == 0`` is the open work.
-    """
+def test_nak_slow_receiver_zero_loss_zero_drops_goodput_near_its_rate(slow_receiver_runs):
+    """NAK mode: the sender settles at the slow receiver's rate. Nothing is lost or dropped
+    anywhere, with a queue of only 200 ms at the slow receiver (2,000 msgs at 10k msgs/s).
+    Measured: 0 drops in 3 of 3 runs, sender at 9.83-9.85k msgs/s (slow start included)."""
     run = slow_receiver_runs["nak"]
-    by = by_id(run)
-    for name in ("fast-1", "fast-2"):
-        assert (by[name]["dropped"], by[name]["lost"], by[name]["delivered"]) == (0, 0, COUNT)
-    slow = by["slow"]
-    assert slow["lost"] == 0 and slow["delivered"] + slow["dropped"] == COUNT
-    none_drops = by_id(slow_receiver_runs["none"])["slow"]["dropped"]
-    assert slow["dropped"] < none_drops
+    for r in run["receivers"]:
+        assert (r["dropped"], r["lost"], r["delivered"]) == (0, 0, COUNT), r["receiver_id"]
+    slow = by_id(run)["slow"]
+    assert run["sender"]["rate_msgs"] >= 0.75 * SLOW_RATE  # generous: 2 noisy cores
+    assert slow["queue_peak"] < 2_000
     assert run["sender"]["cuts"] > 0 and sum(slow["naks_sent"].values()) > 0
 
 

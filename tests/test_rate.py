@@ -73,13 +73,15 @@ def test_many_receivers_same_nak_in_window_act_like_one():
 def test_stepwise_cubic_increase_exact_values():
     cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6, quiet_s=0.05, cubic_c=4.0)
     ctrl = NakRateController(cfg)
-    ctrl.on_nak(87, now=0.0)  # rate 5000, W 10000, K = cbrt(0.5/4) = 0.5 s
+    # rate 5000; W halfway back to the rate at the NAK: 7500; K = cbrt(2500 / (4 * 7500))
+    ctrl.on_nak(87, now=0.0)
+    w, k_s = 7_500, (1 / 12) ** (1 / 3)
     assert ctrl.rate(now=0.049) == 5_000  # first quiet window: no rise yet
     assert ctrl.next_deadline() == pytest.approx(0.05)
     # step k at 0.05 + (k-1)*0.05, value W + c*W*(k*0.05 - K)^3
     for k in (1, 2, 5, 10, 14):
         t = 0.05 + (k - 1) * 0.05
-        want = 10_000 + 4 * 10_000 * (k * 0.05 - 0.5) ** 3
+        want = w + 4 * w * (k * 0.05 - k_s) ** 3
         assert ctrl.rate(now=t + 1e-9) == pytest.approx(max(want, 5_000))
         assert ctrl.rate(now=t + 0.049) == pytest.approx(max(want, 5_000))  # flat between steps
     # concave below W (steps shrink), convex above (steps grow): BIC/CUBIC
@@ -107,16 +109,41 @@ def test_hold_blocks_increase_without_recutting_then_recut_after_hold():
     assert ctrl.rate(now=0.22) == pytest.approx(before * 0.25)
 
 
-def test_repeated_top_level_nak_cuts_once_per_hold():
+def test_repeated_top_level_nak_cuts_once_per_top_hold():
     """A full queue repeats NAK(100) every window while the backlog drains: re-cutting
-    on each would compound 0.25 per window into a collapse (measured live: 2M -> 150)."""
+    on each would compound 0.25 per window into a collapse (measured live: 2M -> 150).
+    The top level holds for top_hold_s only: a full queue drops data while it waits."""
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=10_000, hold_s=0.2, top_hold_s=0.1))
+    ctrl.on_nak(100, now=0.0, fill=100.0)
+    assert ctrl.on_nak(100, now=0.06, fill=100.0) is False
+    assert ctrl.rate(now=0.06) == pytest.approx(10_000 * 0.25)
+    assert ctrl.on_nak(100, now=0.11, fill=100.0) is True  # hold over, still full: cut again
+    assert ctrl.rate(now=0.11) == pytest.approx(10_000 * 0.25 * 0.25)
+
+
+def test_repeat_after_hold_cuts_only_while_the_queue_is_not_draining():
     ctrl = NakRateController(NakConfig(initial_rate_msgs=10_000, hold_s=0.2))
-    ctrl.on_nak(100, now=0.0)
-    assert ctrl.on_nak(100, now=0.06) is False
-    assert ctrl.on_nak(100, now=0.15) is False
-    assert ctrl.rate(now=0.15) == pytest.approx(10_000 * 0.25)
-    assert ctrl.on_nak(100, now=0.21) is True  # hold over, still full: cut again
-    assert ctrl.rate(now=0.21) == pytest.approx(10_000 * 0.25 * 0.25)
+    ctrl.on_nak(75, now=0.0, fill=80.0)
+    assert ctrl.rate(now=0.0) == pytest.approx(7_000)
+    for t in (0.05, 0.1, 0.15, 0.2):  # the receiver repeats every window: held
+        assert ctrl.on_nak(75, now=t, fill=79.0) is False
+    assert ctrl.on_nak(75, now=0.25, fill=77.0) is False  # below the cut's fill: draining
+    assert ctrl.rate(now=0.25) == pytest.approx(7_000)
+    assert ctrl.on_nak(75, now=0.30, fill=81.0) is True  # growing again: cut
+    assert ctrl.rate(now=0.30) == pytest.approx(7_000 * 0.7)
+    assert ctrl.on_nak(87, now=0.31, fill=87.5) is True  # stronger always cuts
+
+
+def test_w_comes_from_where_the_episode_began_not_from_its_repeats():
+    cfg = NakConfig(initial_rate_msgs=10_000, hold_s=0.0)
+    ctrl = NakRateController(cfg)
+    ctrl.on_nak(50, now=0.0, fill=51.0)
+    assert ctrl.snapshot()["last_cut_base"] == pytest.approx(10_000 * 0.95)
+    ctrl.on_nak(50, now=0.06, fill=60.0)  # the same episode: rate cut again, W kept
+    assert ctrl.rate(now=0.06) == pytest.approx(10_000 * 0.9 * 0.9)
+    assert ctrl.snapshot()["last_cut_base"] == pytest.approx(10_000 * 0.95)
+    ctrl.on_nak(100, now=0.07, fill=100.0)  # stronger: W lowered for the severity
+    assert ctrl.snapshot()["last_cut_base"] == pytest.approx(10_000 * (1 + 0.25) / 2)
 
 
 def test_min_rate_floors_every_cut():

@@ -1,0 +1,120 @@
+"""``nakflow simulate``: registered through the ``nakflow.commands`` entry point."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from nakflow import MODES, check_mode
+from nakflow._local import format_table
+
+from .scenarios import SCENARIOS, run_tasks, table_rows, tasks_for
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("simulate", help="latency simulations: ACK vs NAK at scale",
+                       description="Run a named scenario of the simulator once per mode.")
+    p.add_argument("scenario", nargs="?", help="scenario name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a parameter (repeatable); sweeps take sweep=v1,v2,...")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, metavar="DIR", help="write JSON, CSV and PNG plots")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--spark", nargs="?", const="local[*]", default=None, metavar="MASTER",
+                   help="run each sweep point as a Spark task (default master local[*])")
+    p.set_defaults(func=cmd_simulate)
+
+
+def _overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--param wants NAME=VALUE, got {item!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; a line per finished run otherwise."""
+
+    def __init__(self, tasks: list[Any]) -> None:
+        self.tasks = tasks
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.monotonic()
+
+    def update(self, i: int, frac: float) -> None:
+        if not self.tty:
+            return
+        done = (i + frac) / len(self.tasks)
+        bar = "#" * int(done * 30)
+        _, label, _, mode, _ = self.tasks[i]
+        sys.stderr.write(f"\r[simulate] [{bar:<30}] {done:5.1%} {label} {mode:<4} "
+                         f"{time.monotonic() - self.t0:6.1f} s")
+        sys.stderr.flush()
+
+    def done(self, result: dict[str, Any]) -> None:
+        if self.tty:
+            sys.stderr.write("\r" + " " * 90 + "\r")
+        print(f"[simulate] {result['scenario']} {result['point']} {result['mode']}: "
+              f"goodput {result['goodput']['overall']:.0f} msgs/s, dropped {result['dropped']}, "
+              f"{result['wall_s']:.1f} s", file=sys.stderr, flush=True)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.list:
+        for s in SCENARIOS.values():
+            sweep = f" (sweeps {s.sweep_param})" if s.sweep_param else ""
+            print(f"{s.name:<16} {s.summary}{sweep}")
+        return 0
+    if not args.scenario:
+        raise ValueError("name a scenario (see --list)")
+    modes = [check_mode(m.strip()) for m in args.modes.split(",") if m.strip()]
+    tasks = tasks_for(args.scenario, _overrides(args.param), modes, args.seed)
+    bar = _Progress(tasks)
+    if args.spark:
+        from .distributed import run_on_spark
+
+        results = run_on_spark(tasks, args.spark)
+        for r in results:
+            bar.done(r)
+    else:
+        results = run_tasks(tasks, on_done=bar.done, progress=bar.update)
+    rows = table_rows(results)
+    if args.out:
+        write_outputs(args.out, args.scenario, results, rows)
+    if args.json:
+        print(json.dumps({"scenario": args.scenario, "seed": args.seed, "table": rows,
+                          "results": [{k: v for k, v in r.items() if k != "trace"}
+                                      for r in results]}, default=str))
+    else:
+        print(f"scenario {args.scenario} (seed {args.seed}); goodput in msgs/s per receiver")
+        print(format_table(rows))
+        if args.out:
+            print(f"wrote {args.out}/")
+    return 0
+
+
+def write_outputs(out: str, scenario: str, results: list[dict[str, Any]],
+                  rows: list[dict[str, Any]]) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{scenario}.json"), "w") as f:
+        json.dump({"scenario": scenario, "results": results}, f, default=str)
+    with open(os.path.join(out, f"{scenario}.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    try:
+        from .plots import plot_results
+    except ImportError as exc:  # matplotlib is the 'plot' extra
+        print(f"[simulate] no plots: {exc} (pip install 'nakflow[plot]')", file=sys.stderr)
+        return
+    for path in plot_results(out, scenario, results):
+        print(f"[simulate] wrote {path}", file=sys.stderr)

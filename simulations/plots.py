@@ -1,0 +1,76 @@
+"""PNG plots of simulation results (matplotlib, the 'plot' extra)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+COLORS = {"nak": "tab:blue", "ack": "tab:orange", "none": "tab:gray"}
+
+
+def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> list[str]:
+    """Rate and queue traces per mode (first point); for sweeps, the sweep curves."""
+    paths = []
+    first = results[0]["point"]
+    per_mode = [r for r in results if r["point"] == first]
+    fig, (ax_rate, ax_q) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    for r in per_mode:
+        tr, c = r["trace"], COLORS.get(r["mode"])
+        sent, t = tr["sent"], tr["t"]
+        w = max(1, round(0.1 / max(t[1] - t[0], 1e-9))) if len(t) > 1 else 1
+        ts = t[w::w]
+        rate = [(sent[i] - sent[i - w]) / (t[i] - t[i - w]) for i in range(w, len(t), w)]
+        ax_rate.plot(ts, rate, color=c, lw=1.0, label=f"{r['mode']} send rate (100 ms)")
+        if r["mode"] == "nak":
+            ax_rate.plot(t, [v if v is not None else float("nan") for v in tr["rate_limit"]],
+                         color="tab:green", lw=0.7, ls="--", label="nak rate limit")
+        for j, (name, q) in enumerate(tr["queue"].items()):
+            ax_q.plot(t, q, color=c, lw=0.8, ls=["-", ":", "-.", "--"][j % 4],
+                      label=f"{r['mode']} {name}")
+    cap = per_mode[0]["params"]["capacity_msgs"]
+    ax_q.axhline(cap, color="red", lw=0.6, ls=":", label="capacity")
+    ax_rate.set_ylabel("msgs/s")
+    ax_rate.set_yscale("log")
+    ax_rate.legend(fontsize=7, loc="upper right")
+    ax_rate.set_title(f"{scenario} {first}: send rate and rate limit")
+    ax_q.set_ylabel("queue depth, msgs")
+    ax_q.set_xlabel("time, s")
+    ax_q.legend(fontsize=6, loc="upper right", ncol=2)
+    fig.tight_layout()
+    paths.append(_save(fig, out, f"{scenario}-traces.png"))
+
+    if len({r["point"] for r in results}) > 1:
+        param = first.split("=")[0]
+        fig, (ax_g, ax_f) = plt.subplots(1, 2, figsize=(11, 4))
+        for mode in dict.fromkeys(r["mode"] for r in results):
+            rs = [r for r in results if r["mode"] == mode]
+            xs = [float(r["point"].split("=")[1]) for r in rs]
+            ax_g.plot(xs, [r["goodput"]["overall"] for r in rs], "o-",
+                      color=COLORS.get(mode), label=mode)
+            ax_f.plot(xs, [r["feedback_per_s_at_sender"] for r in rs], "o-",
+                      color=COLORS.get(mode), label=mode)
+        for ax, ylabel in ((ax_g, "goodput per receiver, msgs/s"),
+                           (ax_f, "feedback frames/s at the sender")):
+            ax.set_xscale("log")
+            ax.set_xlabel(param)
+            ax.set_ylabel(ylabel)
+            ax.legend()
+            ax.grid(alpha=0.3)
+        ax_f.set_yscale("symlog", linthresh=1)
+        fig.suptitle(f"{scenario}: goodput and feedback against {param}")
+        fig.tight_layout()
+        paths.append(_save(fig, out, f"{scenario}-sweep.png"))
+    return paths
+
+
+def _save(fig: Any, out: str, name: str) -> str:
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,176 @@
+"""The receiver-side policies of nakflow, vectorised across receivers with numpy.
+
+``VecFillMonitor`` makes, for N receivers at once, exactly the decisions N scalar
+``nakflow.FillMonitor`` objects make; ``VecCreditGranter`` does the same for
+``nakflow.CreditGranter`` over S senders x N receivers. tests/test_simulations.py
+runs both against the scalar objects on the same inputs and checks every decision.
+Level 0 stands for "no level" (the scalar None).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from nakflow import AckConfig, NakConfig
+from nakflow._fill import BACKOFF_LAMBDA
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class VecFillMonitor:
+    """N FillMonitors: levels, repeats, hysteresis and suppression, vectorised."""
+
+    def __init__(self, capacity_msgs: npt.ArrayLike, config: NakConfig | None = None, *,
+                 rng: np.random.Generator | None = None) -> None:
+        self.capacity = np.asarray(capacity_msgs, dtype=np.float64)
+        if self.capacity.ndim != 1 or (self.capacity < 1).any():
+            raise ValueError("capacity_msgs must be a 1-D array of values >= 1")
+        self.config = cfg = config if config is not None else NakConfig()
+        n = self.capacity.shape[0]
+        self.levels_desc = sorted(cfg.levels, reverse=True)
+        self.held = np.zeros(n, np.int64)
+        self.last_level = np.zeros(n, np.int64)
+        self.last_t = np.zeros(n)
+        self.heard_level = np.full(n, -1, np.int64)
+        self.heard_t = np.zeros(n)
+        self.sent_by_level = {lv: 0 for lv in cfg.levels}
+        self.suppressed = 0
+        self._any_held = False
+        self._any_last = False
+        self._zeros = np.zeros(n, np.int64)
+        self._rng = rng if cfg.backoff_s > 0 else None
+        self.pending_at = np.full(n, np.inf)
+        self.pending_level = np.zeros(n, np.int64)
+        self._zeros.setflags(write=False)  # returned when nobody speaks: read-only
+
+    def update(self, depth: npt.ArrayLike, now: float,
+               active: BoolArray | None = None) -> IntArray:
+        """Depths at ``now``: the NAK level each receiver sends (0: none).
+
+        ``active``: receivers that run this step (a paused or dead one does not).
+        """
+        fill = 100.0 * np.asarray(depth, dtype=np.float64) / self.capacity
+        hyst = self.config.hysteresis_pct
+        old = self.held
+        if not self._any_held and fill.max(initial=0.0) < self.levels_desc[-1]:
+            if self._any_last:  # everyone below every level: the scalar clears last_level
+                run = True if active is None else active
+                self.last_level = np.where(run, 0, self.last_level)
+                self._any_last = bool(self.last_level.any())
+            return self._zeros
+        held = np.zeros_like(old)
+        for lv in self.levels_desc:
+            hit = (fill >= lv) | ((old >= lv) & (fill >= lv - hyst))
+            held = np.where((held == 0) & hit, lv, held)
+        run = held == held if active is None else active
+        held = np.where(run, held, old)
+        self.held = held
+        self._any_held = bool(held.any())
+        last = self.last_level
+        fresh = run & (held > 0) & ~((last > 0) & (held <= last)
+                                     & (now - self.last_t < self.config.window_s))
+        if self._rng is not None:
+            # hold-off timers, drawn in receiver order (the scalar monitors draw in turn)
+            self.pending_at = np.where(run & (held == 0), np.inf, self.pending_at)
+            start = fresh & (np.isinf(self.pending_at) | (held > self.pending_level))
+            if start.any():
+                u = self._rng.random(int(start.sum()))
+                cfg = self.config
+                delay = cfg.backoff_s / BACKOFF_LAMBDA * np.log1p(u * math.expm1(BACKOFF_LAMBDA))
+                self.pending_at[start] = now + delay
+                self.pending_level[start] = held[start]
+            fresh = fresh & (now >= self.pending_at)
+            self.pending_at[fresh] = np.inf
+        self.last_level = np.where(run & (held == 0), 0, np.where(fresh, held, last))
+        self._any_last = bool(self.last_level.any())
+        if not fresh.any():
+            return self._zeros
+        self.last_t = np.where(fresh, now, self.last_t)
+        supp = fresh & (self.heard_level >= held) & (now - self.heard_t < self.config.window_s)
+        self.suppressed += int(supp.sum())
+        out = np.where(fresh & ~supp, held, 0)
+        for lv in self.levels_desc:
+            self.sent_by_level[lv] += int((out == lv).sum())
+        return out
+
+    def on_heard(self, level: IntArray, now: float) -> None:
+        """Receiver i overheard a NAK of ``level[i]`` at ``now`` (0: nothing heard)."""
+        take = (level > 0) & ((level >= self.heard_level)
+                              | (now - self.heard_t >= self.config.window_s))
+        self.heard_level = np.where(take, level, self.heard_level)
+        self.heard_t = np.where(take, now, self.heard_t)
+
+
+class VecCreditGranter:
+    """S x N CreditGranters (sender s at receiver i), vectorised.
+
+    Mirrors ``nakflow.CreditGranter``: window = capacity // senders known, the
+    limit is ``position - queued + window``, re-granted after ``regrant_fraction``
+    of the window was freed and at least every ``heartbeat_s``.
+    """
+
+    def __init__(self, senders: int, capacity_msgs: npt.ArrayLike,
+                 config: AckConfig | None = None, *, sender_timeout_s: float = 30.0) -> None:
+        cap = np.asarray(capacity_msgs, dtype=np.int64)
+        if cap.ndim != 1 or (cap < 1).any():
+            raise ValueError("capacity_msgs must be a 1-D array of values >= 1")
+        self.capacity = cap
+        self.config = config if config is not None else AckConfig()
+        self.sender_timeout_s = sender_timeout_s
+        shape = (senders, cap.shape[0])
+        self.known = np.zeros(shape, np.bool_)
+        self.position = np.zeros(shape, np.int64)
+        self.queued = np.zeros(shape, np.int64)
+        self.granted = np.full(shape, -1, np.int64)
+        self.granted_t = np.full(shape, -np.inf)
+        self.seen_t = np.zeros(shape)
+        self.credits_sent = 0
+
+    def window(self) -> IntArray:
+        n_known = np.maximum(1, self.known.sum(axis=0))
+        out: IntArray = np.maximum(1, self.capacity // n_known)
+        return out
+
+    def on_sender(self, heard: BoolArray, next_seq: IntArray, now: float) -> None:
+        """Sender s was heard at receiver i (``heard[s, i]``), about to send ``next_seq``."""
+        new = heard & ~self.known
+        old = heard & self.known
+        self.position = np.where(new, next_seq,
+                                 np.where(old, np.maximum(self.position, next_seq),
+                                          self.position))
+        self.queued = np.where(new, 0, self.queued)
+        self.granted = np.where(new, -1, self.granted)
+        self.granted_t = np.where(new, -np.inf, self.granted_t)
+        self.seen_t = np.where(heard, now, self.seen_t)
+        self.known |= heard
+
+    def on_enqueued(self, n: IntArray) -> None:
+        self.queued = np.where(self.known, self.queued + n, self.queued)
+
+    def on_released(self, n: IntArray) -> None:
+        self.queued = np.where(self.known, np.maximum(0, self.queued - n), self.queued)
+
+    def poll(self, now: float, active: BoolArray | None = None) -> tuple[BoolArray, IntArray]:
+        """Credits due at ``now``: (due[s, i], limit[s, i]); only active receivers poll."""
+        stale = self.known & (now - self.seen_t > self.sender_timeout_s)
+        if active is not None:
+            stale &= active
+        if stale.any():
+            self.known &= ~stale
+        window = self.window()
+        step = np.maximum(1, (window * self.config.regrant_fraction).astype(np.int64))
+        limit = self.position - self.queued + window
+        due = self.known & ((limit - self.granted >= step)
+                            | (now - self.granted_t >= self.config.heartbeat_s))
+        if active is not None:
+            due &= active
+        if due.any():
+            self.granted = np.where(due, limit, self.granted)
+            self.granted_t = np.where(due, now, self.granted_t)
+            self.credits_sent += int(due.sum())
+        return due, limit

@@ -1,0 +1,169 @@
+"""The simulator: vectorised policies equal the scalar ones, an independent event-driven
+model agrees, and the scenario outputs show what seed 001 claims."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nakflow import AckConfig, CreditGranter, FillMonitor, NakConfig
+from simulations import SCENARIOS, SimParams, VecCreditGranter, VecFillMonitor, simulate
+from simulations.events import simulate_events
+
+
+def test_vectorised_fill_monitor_decides_exactly_like_the_scalar_one():
+    rng = np.random.default_rng(7)
+    n, cfg = 40, NakConfig()
+    caps = rng.integers(50, 500, n)
+    vec = VecFillMonitor(caps, cfg, rng=np.random.default_rng(99))
+    draws = np.random.default_rng(99)  # the same stream, drawn one at a time in turn
+    scalars = [FillMonitor(int(c), cfg, rng=draws) for c in caps]
+    depth = rng.integers(0, caps + 1)
+    decisions = 0
+    for step in range(3_000):
+        now = step * 0.001
+        depth = np.clip(depth + rng.integers(-30, 31, n), 0, caps)  # random walks
+        active = rng.random(n) > 0.05  # a few skip a step (paused)
+        heard = np.where(rng.random(n) < 0.02, rng.choice([50, 75, 87, 100], n), 0)
+        vec.on_heard(heard, now)
+        for i, m in enumerate(scalars):
+            if heard[i]:
+                m.on_heard(int(heard[i]), now=now)
+        got = vec.update(depth, now, active)
+        want = [(m.update(int(d), now=now) or 0) if a else 0
+                for m, d, a in zip(scalars, depth, active, strict=True)]
+        assert got.tolist() == want, f"step {step}"
+        decisions += sum(1 for w in want if w)
+    assert decisions > 100  # the walk really crossed levels
+    assert vec.suppressed == sum(m.suppressed for m in scalars) > 0
+
+
+def test_vectorised_credit_granter_decides_exactly_like_the_scalar_one():
+    rng = np.random.default_rng(11)
+    s_count, n, cfg = 2, 15, AckConfig()
+    caps = rng.integers(20, 200, n)
+    vec = VecCreditGranter(s_count, caps, cfg)
+    scalars = [CreditGranter(int(c), cfg) for c in caps]
+    keys = [(f"s{s}", 1) for s in range(s_count)]
+    pos = np.zeros((s_count, n), np.int64)
+    grants = 0
+    for step in range(2_000):
+        now = step * 0.001
+        arrive = rng.integers(0, 4, (s_count, n)) * (rng.random((s_count, n)) < 0.5)
+        heard = (arrive > 0) | (step == 0)
+        pos += arrive
+        vec.on_sender(heard, pos, now)
+        vec.on_enqueued(arrive)
+        release = np.minimum(arrive, rng.integers(0, 4, (s_count, n)))
+        vec.on_released(release)
+        for i, g in enumerate(scalars):
+            for s, key in enumerate(keys):
+                if heard[s, i]:
+                    g.on_sender(key, int(pos[s, i]), now=now)
+                    g.on_enqueued(key, int(arrive[s, i]))
+                g.on_released(key, int(release[s, i]))
+        due, limit = vec.poll(now)
+        for i, g in enumerate(scalars):
+            want = dict(g.poll(now=now))
+            got = {keys[s]: int(limit[s, i]) for s in range(s_count) if due[s, i]}
+            assert got == want, f"step {step} receiver {i}"
+            grants += len(want)
+    assert grants > 1_000
+
+
+@pytest.mark.parametrize("mode", ["nak", "ack", "none"])
+def test_event_driven_model_agrees_with_the_vectorised_one(mode):
+    """Agreement within 5 % on goodput, 10 % on queue peak and drops (measured: < 1 %)."""
+    p = SimParams(receivers=3, slow=1, slow_fraction=0.25, consume_rate_msgs=8_000.0,
+                  sender_max_rate_msgs=20_000.0, capacity_msgs=500, rtt_s=0.01, duration_s=3.0)
+    vec, evt = simulate(p, mode, seed=3), simulate_events(p, mode, seed=3)
+    for key in ("overall", "min"):
+        assert vec["goodput"][key] == pytest.approx(evt["goodput"][key], rel=0.05)
+    assert vec["queue_peak"] == pytest.approx(evt["queue_peak"], rel=0.10)
+    assert vec["dropped"] == pytest.approx(evt["dropped"], rel=0.10, abs=10)
+    assert vec["lost"] == evt["lost"] == 0
+
+
+def test_same_seed_same_result_other_seed_other_draws():
+    p = SimParams(receivers=20, slow=2, rtt_s=0.01, rtt_jitter=0.5, duration_s=1.0)
+    a, b, c = (simulate(p, "nak", seed=s) for s in (5, 5, 6))
+    strip = lambda r: {k: v for k, v in r.items() if k != "wall_s"}  # noqa: E731
+    assert strip(a) == strip(b)
+    assert a["receivers"][0]["rtt_s"] != c["receivers"][0]["rtt_s"]
+
+
+def test_ack_throughput_falls_as_window_over_rtt_nak_does_not():
+    base = dict(receivers=3, duration_s=4.0, capacity_msgs=2_000, consume_rate_msgs=50_000.0,
+                sender_max_rate_msgs=100_000.0)
+    out = {}
+    for rtt in (0.001, 0.1, 0.2):
+        p = SimParams(rtt_s=rtt, **base)
+        out[rtt] = {m: simulate(p, m, seed=1)["goodput"]["overall"] for m in ("nak", "ack")}
+    # window (2,000) >= BDP (50k x 1 ms): ACK at the receivers' rate
+    assert out[0.001]["ack"] == pytest.approx(50_000, rel=0.05)
+    # window < BDP: about window / RTT. Re-grants go out once a quarter of the window is
+    # free (and heartbeats re-grant too), so what is in flight is 3/4 to 1 window:
+    # measured 0.75 (RTT 100 ms) and 0.94 (RTT 200 ms) x window / RTT.
+    assert out[0.2]["ack"] < out[0.1]["ack"] < out[0.001]["ack"]
+    for rtt in (0.1, 0.2):
+        assert 0.6 * 2_000 / rtt < out[rtt]["ack"] < 1.0 * 2_000 / rtt, out
+    # NAK does not fall as window / RTT. It does lose some (measured 45.3k, 37.4k, 32.3k
+    # msgs/s at 1, 100, 200 ms: a 40 ms queue cannot hide a 200 ms reaction time), and
+    # that is reported in the issue note rather than tuned away here.
+    for rtt in (0.1, 0.2):
+        assert out[rtt]["nak"] > 2 * out[rtt]["ack"], out
+        assert out[rtt]["nak"] > 0.6 * out[0.001]["nak"], out
+
+
+def test_dead_receiver_stalls_ack_until_the_timeout_nak_keeps_the_others_going():
+    p = SimParams(receivers=5, dead=1, dead_at_s=2.0, duration_s=9.0,
+                  consume_rate_msgs=20_000.0, receiver_timeout_s=5.0)
+    nak, ack = simulate(p, "nak", seed=1), simulate(p, "ack", seed=1)
+    assert ack["recovery_s"] == pytest.approx(5.0, abs=0.3)
+    assert nak["recovery_s"] is not None and nak["recovery_s"] < 0.2
+    assert nak["goodput"]["min"] > 0.9 * 20_000  # every live receiver at its rate
+    assert nak["dropped_normal"] == 0 and ack["dropped_normal"] == 0
+
+
+def test_nak_feedback_stays_flat_as_receivers_grow_ack_grows_linearly():
+    fb = {}
+    for n in (10, 1_000):
+        p = SimParams(receivers=n, duration_s=2.0, capacity_msgs=2_000, rtt_s=0.002,
+                      rtt_jitter=0.5, consume_rate_msgs=20_000.0)
+        fb[n] = {m: simulate(p, m, seed=2)["feedback_per_s_at_sender"] for m in ("nak", "ack")}
+    assert fb[1_000]["nak"] < 3 * max(fb[10]["nak"], 1.0), fb  # suppression
+    assert fb[1_000]["ack"] == pytest.approx(100 * fb[10]["ack"], rel=0.3), fb
+
+
+def test_nak_converges_to_the_slow_receivers_rate_with_zero_overflow():
+    """Stated bound: within 5 % of the slow receiver's rate (measured: 0.6 % below)."""
+    result = simulate(SimParams(**SCENARIOS["slow-receiver"].base), "nak", seed=0)
+    slow = result["receivers"][0]
+    assert slow["role"] == "slow"
+    assert slow["goodput"] == pytest.approx(slow["consume_rate"], rel=0.05)
+    assert result["dropped"] == 0 and result["lost"] == 0
+
+
+def test_simulate_cli_table_json_out_and_errors(tmp_path):
+    cmd = [sys.executable, "-m", "nakflow", "simulate"]
+    listed = subprocess.run([*cmd, "--list"], capture_output=True, text=True, check=True)
+    assert all(name in listed.stdout for name in SCENARIOS)
+    run = subprocess.run([*cmd, "latency-sweep", "--param", "sweep=0.001,0.05",
+                          "--param", "duration_s=1", "--param", "receivers=3", "--modes",
+                          "nak,ack", "--json", "--out", str(tmp_path)],
+                         capture_output=True, text=True, check=True)
+    doc = json.loads(run.stdout)
+    assert [(r["point"], r["mode"]) for r in doc["table"]] == [
+        ("rtt_s=0.001", "nak"), ("rtt_s=0.001", "ack"), ("rtt_s=0.05", "nak"),
+        ("rtt_s=0.05", "ack")]
+    for name in ("latency-sweep.json", "latency-sweep.csv", "latency-sweep-traces.png",
+                 "latency-sweep-sweep.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    bad = subprocess.run([*cmd, "slow-receiver", "--param", "bogus=1"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "unknown parameter 'bogus'" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
