@@ -63,6 +63,7 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
             ax.legend()
             ax.grid(alpha=0.3)
         ax_f.set_yscale("symlog", linthresh=1)
+        ax_f.set_ylim(bottom=0)
         fig.suptitle(f"{scenario}: goodput and feedback against {param}")
         fig.tight_layout()
         paths.append(_save(fig, out, f"{scenario}-sweep.png"))
