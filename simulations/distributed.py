@@ -6,6 +6,7 @@ every run is seeded, equal those of the local run for the same seed.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,8 @@ def run_on_spark(tasks: Sequence[tuple[str, str, SimParams, str, int]],
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise ValueError(f"--spark needs PySpark (pip install 'nakflow[spark]'): {exc}") from exc
+    # executors' Python workers must be this interpreter (it has nakflow installed)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master(master).appName("nakflow-simulate")
              .config("spark.ui.enabled", "false")
              .config("spark.pyspark.python", sys.executable)

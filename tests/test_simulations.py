@@ -167,3 +167,20 @@ def test_simulate_cli_table_json_out_and_errors(tmp_path):
                          text=True)
     assert bad.returncode == 2 and "unknown parameter 'bogus'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_sweep_gives_the_same_numbers_as_the_local_run():
+    """`--spark local[2]`: each point a Spark task in Python workers; same seed, same table."""
+    cmd = [sys.executable, "-m", "nakflow", "simulate", "latency-sweep", "--param",
+           "sweep=0.001,0.05", "--param", "duration_s=1", "--param", "receivers=3",
+           "--modes", "nak,ack", "--json"]
+    tables = []
+    for extra in ([], ["--spark", "local[2]"]):
+        run = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        tables.append([{k: v for k, v in row.items() if k != "wall_s"}
+                       for row in json.loads(run.stdout)["table"]])
+    assert tables[0] == tables[1]
+    assert len(tables[0]) == 4
