@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 from ._bucket import TokenBucket
 from ._codec import Credit, Frame, Nak
@@ -183,6 +183,11 @@ class AckFlow(SenderFlow):
 
     def snapshot(self) -> dict[str, Any]:
         return {"mode": self.mode, "credit_stalls": self.stalls, **self.ledger.snapshot()}
+
+
+def is_other_modes_feedback(frame: Frame, mode: str) -> TypeGuard[Nak | Credit]:
+    """A NAK heard outside ``nak`` mode, or a CREDIT outside ``ack``: a misconfiguration."""
+    return (type(frame) is Nak and mode != "nak") or (type(frame) is Credit and mode != "ack")
 
 
 def make_sender_flow(mode: str, *, stream: str, sender: str, epoch: int,

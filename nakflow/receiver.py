@@ -27,19 +27,17 @@ from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
     Bye,
-    Credit,
     Data,
     End,
     Frame,
     Hello,
-    Nak,
     decode,
     encode,
 )
 from ._config import AckConfig, NakConfig, check_mode
 from ._episodes import BackpressureEpisodes
 from ._errors import ConfigError, ProtocolError
-from ._flow import make_receiver_flow
+from ._flow import is_other_modes_feedback, make_receiver_flow
 from ._seqtrack import SequenceTracker
 from ._timeline import Timeline
 
@@ -485,8 +483,7 @@ class Receiver:
         frame = self._decode_own(buf)
         if frame is None:
             return
-        if (isinstance(frame, Nak) and self.mode == "ack") or (
-                isinstance(frame, Credit) and self.mode == "nak"):
+        if is_other_modes_feedback(frame, self.mode):
             self._warn_mode(f"{type(frame).__name__} from receiver {frame.receiver}")
         self._flow.on_overheard(frame, now=now)
 

@@ -23,17 +23,15 @@ from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
     Bye,
-    Credit,
     End,
     Hello,
-    Nak,
     decode,
     encode,
     encode_data,
 )
 from ._config import AckConfig, NakConfig, check_mode
 from ._errors import ConfigError, ProtocolError
-from ._flow import AckFlow, make_sender_flow
+from ._flow import AckFlow, is_other_modes_feedback, make_sender_flow
 from ._timeline import Timeline
 
 log = logging.getLogger("nakflow.sender")
@@ -245,8 +243,7 @@ class Sender:
                     self._receivers_heard.discard(frame.node)
                     if isinstance(self._flow, AckFlow):
                         self._flow.on_receiver_bye(frame.node)
-            elif (isinstance(frame, Nak) and self.mode != "nak") or (
-                    isinstance(frame, Credit) and self.mode != "ack"):
+            elif is_other_modes_feedback(frame, self.mode):
                 self._warn_mode(f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
             self._flow.on_feedback(frame, now=now)
 

@@ -163,8 +163,7 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
     roles[dead_hi:dead_hi + p.paused] = "paused"
     per_step = rate * dt
     cap = np.full(N, p.capacity_msgs, np.int64)
-    watch = sorted({*range(min(N, dead_hi + p.paused)), *([dead_hi + p.paused] if
-                                                           dead_hi + p.paused < N else [])})[:6]
+    watch = list(range(min(N, dead_hi + p.paused + 1, 6)))  # the special ones and one normal
     faulted = roles != "normal"
 
     # -- senders: the real policies --------------------------------------------------------

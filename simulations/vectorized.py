@@ -67,7 +67,7 @@ class VecFillMonitor:
         for lv in self.levels_desc:
             hit = (fill >= lv) | ((old >= lv) & (fill >= lv - hyst))
             held = np.where((held == 0) & hit, lv, held)
-        run = held == held if active is None else active
+        run = np.ones_like(old, np.bool_) if active is None else active
         held = np.where(run, held, old)
         self.held = held
         self._any_held = bool(held.any())
