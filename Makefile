@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	touch $@
 
 demo: setup
-	$(BIN)/nakflow demo
+	$(BIN)/nakflow eval
 
 lint: setup
 	$(BIN)/ruff check .

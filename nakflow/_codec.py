@@ -79,11 +79,12 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Bye:
-    """A node leaves on purpose."""
+    """A node leaves on purpose (a sender: that incarnation, ``epoch``; receivers send 0)."""
 
     stream: str
     node: str
     role: str
+    epoch: int
     ts: float
 
 
@@ -185,7 +186,7 @@ _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
     T_NAK: (Nak, (_name, _name, _level, _fill, _ts)),
     T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
     T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts)),
-    T_BYE: (Bye, (_name, _name, _role, _ts)),
+    T_BYE: (Bye, (_name, _name, _role, _uint, _ts)),
     T_END: (End, (_name, _name, _uint, _uint, _ts)),
 }
 

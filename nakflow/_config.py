@@ -119,12 +119,19 @@ class AckConfig:
     regrant_fraction: float = 0.25
     #: A grant further ahead of the sender than this is clamped, msgs (bounded influence).
     max_credit_ahead: int = 1 << 20
+    #: Unused credit of a sender that sent nothing for this long stops reserving queue
+    #: room, s. Grants cannot be taken back, so without this two senders can deadlock:
+    #: each holding unused credit at one receiver while waiting for credit at another.
+    #: If such a sender comes back, the queue can overflow (drops are counted).
+    idle_credit_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.receiver_timeout_s > 0 or not self.heartbeat_s > 0:
             raise ConfigError("receiver_timeout_s and heartbeat_s must be > 0")
         if self.min_receivers < 0:
             raise ConfigError("min_receivers must be >= 0")
+        if not self.idle_credit_s > 0:
+            raise ConfigError("idle_credit_s must be > 0")
         if not 0 < self.regrant_fraction <= 1:
             raise ConfigError("regrant_fraction must lie in (0, 1]")
         if self.max_credit_ahead < 1:

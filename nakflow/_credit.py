@@ -121,7 +121,7 @@ class CreditLedger:
 
 
 class _SenderState:
-    __slots__ = ("granted", "granted_t", "position", "queued", "seen_t")
+    __slots__ = ("active_t", "granted", "granted_t", "position", "queued", "seen_t")
 
     def __init__(self, position: int, now: float) -> None:
         self.position = position
@@ -129,17 +129,26 @@ class _SenderState:
         self.granted = -1
         self.granted_t = -math.inf
         self.seen_t = now
+        self.active_t = now  # when its position last moved
 
 
 class CreditGranter:
     """The receiver side: decides the credit frames to send.
 
     Each sender heard gets a window of ``capacity // senders`` (seed 004: initial
-    demand equals the queue capacity). The limit sent is
+    demand equals the queue capacity). The limit it aims for is
     ``position - queued + window``: arrivals do not move it, releases (consumed
-    or dropped) raise it, losses in flight raise it. A new grant goes out once
-    the consumer freed ``regrant_fraction`` of the window, and at least every
-    ``heartbeat_s`` as liveness.
+    or dropped) raise it, losses in flight raise it. Grants never exceed the
+    queue: a sender's commitment is its unused credit plus its queued messages,
+    and a grant only hands out capacity no sender is committed to. (Unused
+    credit of a sender idle for ``idle_credit_s`` stops counting: grants cannot
+    be revoked, and two senders could otherwise deadlock, each holding credit at
+    one receiver while waiting at another.) So when a
+    second sender joins while the first holds the whole queue, the newcomer
+    gets a zero grant (it must wait, and it knows this receiver exists) and its
+    share as the first one's messages are consumed. A new sender is answered at
+    once; after that a grant goes out once ``regrant_fraction`` of the window
+    was freed, and at least every ``heartbeat_s`` as liveness.
     """
 
     def __init__(self, capacity_msgs: int, config: AckConfig | None = None,
@@ -150,6 +159,7 @@ class CreditGranter:
         self.config = config if config is not None else AckConfig()
         self.sender_timeout_s = sender_timeout_s
         self._senders: dict[SenderKey, _SenderState] = {}
+        self._orphaned = 0  # queued messages of senders since forgotten
         self.credits_sent = 0
 
     @property
@@ -169,43 +179,58 @@ class CreditGranter:
         st.seen_t = now
         if next_seq > st.position:
             st.position = next_seq
+            st.active_t = now
 
     def on_enqueued(self, sender: SenderKey, n: int) -> None:
         st = self._senders.get(sender)
         if st is not None:
             st.queued += n
+        else:  # read before its END but queued after: it takes room all the same
+            self._orphaned += n
 
     def on_released(self, sender: SenderKey, n: int) -> None:
         """``n`` of ``sender``'s messages left the queue (consumed or dropped)."""
         st = self._senders.get(sender)
         if st is not None:
             st.queued = max(0, st.queued - n)
+        else:
+            self._orphaned = max(0, self._orphaned - n)
 
     def on_sender_gone(self, sender: SenderKey) -> None:
-        self._senders.pop(sender, None)
+        """``sender`` ended; its messages still queued keep their room until released."""
+        st = self._senders.pop(sender, None)
+        if st is not None:
+            self._orphaned += st.queued
 
     def limit_for(self, sender: SenderKey) -> int | None:
+        """The limit ``sender`` aims for (its fair window), before the capacity check."""
         st = self._senders.get(sender)
         return None if st is None else st.position - st.queued + self.window()
 
     def poll(self, *, now: float) -> list[tuple[SenderKey, int]]:
         """Credits due at ``now``: (sender, cumulative limit) pairs to send."""
+        stale = [k for k, st in self._senders.items() if now - st.seen_t > self.sender_timeout_s]
+        for key in stale:
+            self._orphaned += self._senders.pop(key).queued
         window = self.window()
         step = max(1, int(window * self.config.regrant_fraction))
         heartbeat = self.config.heartbeat_s
+        idle = self.config.idle_credit_s
+        committed = sum(st.queued + (max(0, st.granted - st.position)
+                                     if now - st.active_t < idle else 0)
+                        for st in self._senders.values())
+        free = self.capacity_msgs - self._orphaned - committed
         due: list[tuple[SenderKey, int]] = []
-        stale: list[SenderKey] = []
         for key, st in self._senders.items():
-            if now - st.seen_t > self.sender_timeout_s:
-                stale.append(key)
-                continue
-            limit = st.position - st.queued + window
-            if limit - st.granted >= step or now - st.granted_t >= heartbeat:
+            base = max(st.granted, st.position)  # already promised
+            extra = min(st.position - st.queued + window - base, free)
+            limit = base + extra if extra > 0 else base
+            if (limit - st.granted >= step or st.granted < 0
+                    or now - st.granted_t >= heartbeat):
+                free -= limit - base
                 st.granted = limit
                 st.granted_t = now
                 due.append((key, limit))
-        for key in stale:
-            del self._senders[key]
         self.credits_sent += len(due)
         return due
 

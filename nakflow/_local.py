@@ -155,7 +155,7 @@ def summarize(run: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({
             "mode": run["mode"], "receiver": r["receiver_id"],
             "send_rate": round(s["rate_msgs"]), "blocked_s": round(s["blocked_s"], 2),
-            "goodput": round(r["delivered"] / r["elapsed_s"]) if r["elapsed_s"] else 0,
+            "goodput": round(r["goodput_msgs"]),  # delivered / (first DATA .. last delivery)
             "delivered": r["delivered"], "dropped": r["dropped"], "lost": r["lost"],
             "dups": r["duplicates"], "queue_peak": r["queue_peak"],
             "naks": sum(r["naks_sent"].values()), "credits": r["credits_sent"],

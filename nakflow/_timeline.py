@@ -54,3 +54,19 @@ class Timeline:
             for c, v in zip(self.columns[1:], row[1:], strict=True):
                 out[c].append(v if v is None or isinstance(v, int) else round(v, 3))
         return out
+
+
+def rate_series(t: Sequence[float], cumulative: Sequence[float | None],
+                window_s: float = 0.1) -> tuple[list[float], list[float]]:
+    """(times, rates): a cumulative count's rate over windows of about ``window_s``."""
+    if len(t) < 2:
+        return [], []
+    w = max(1, round(window_s / max(t[1] - t[0], 1e-9)))
+    ts, rates = [], []
+    for i in range(w, len(t), w):
+        a, b = cumulative[i - w], cumulative[i]
+        if a is None or b is None or t[i] <= t[i - w]:
+            continue
+        ts.append(t[i])
+        rates.append((b - a) / (t[i] - t[i - w]))
+    return ts, rates

@@ -149,6 +149,7 @@ class Receiver:
         self._stopping = False
         self._io_done = False
         self.delivered = 0
+        self._t_last_delivery: float | None = None
         self._lat = np.zeros(LATENCY_SAMPLES)
         self._lat_n = 0
         self._lat_max = 0.0
@@ -174,6 +175,7 @@ class Receiver:
         self._t0 = time.monotonic()
         self._wall_offset = time.time() - self._t0
         self._t_end: float | None = None
+        self._t_first_data: float | None = None
         self.timeline = Timeline(("depth", "seen_depth", "received", "delivered", "dropped"),
                                  interval_s=timeline_interval_s)
 
@@ -213,13 +215,14 @@ class Receiver:
             for key, _ in items:
                 released[key] = released.get(key, 0) + 1
             self.delivered += n
+            now_wall = time.time()
+            self._t_last_delivery = now_wall
             if not q:
                 self._cond.notify_all()  # wait_drained()
             self._since_wake += n
             if self._since_wake >= self._wake_every or (was_full and self.overflow == "block"):
                 self._since_wake = 0
                 wake = True
-            now_wall = time.time()
             lat, i = self._lat, self._lat_n
             for _, m in items:
                 d = now_wall - m.ts
@@ -313,7 +316,7 @@ class Receiver:
             log.exception("receiver I/O thread failed")
         finally:
             try:
-                self._fb.send(encode(Bye(self.stream, self.receiver_id, "receiver",
+                self._fb.send(encode(Bye(self.stream, self.receiver_id, "receiver", 0,
                                          time.monotonic() + self._wall_offset)))
             except zmq.ZMQError:
                 pass
@@ -423,6 +426,8 @@ class Receiver:
         if isinstance(frame, Data):
             key = (frame.sender, frame.epoch)
             count = len(frame.payloads)
+            if self._t_first_data is None:
+                self._t_first_data = time.time()
             self.messages_in += count
             self._senders_heard.add(key)
             ranges = self._tracker.on_data(frame.sender, frame.epoch, frame.seq, count)
@@ -445,6 +450,10 @@ class Receiver:
             with self._cond:
                 self._ends[key] = frame.final_seq
                 self._cond.notify_all()
+        elif isinstance(frame, Bye) and frame.role == "sender":
+            # after END this changes nothing; without END (an aborted sender) its stream
+            # stays incomplete and its credit window is freed for the others
+            self._flow.on_sender_gone((frame.node, frame.epoch))
         else:
             self.foreign += 1  # feedback-type frames do not belong on the data channel
 
@@ -511,6 +520,8 @@ class Receiver:
         flow = self._flow.snapshot()
         totals = self._tracker.totals()
         elapsed = (self._t_end or now) - self._t0
+        first, last = self._t_first_data, self._t_last_delivery
+        active = max(0.0, last - first) if first is not None and last is not None else 0.0
         return {
             "receiver_id": self.receiver_id,
             "stream": self.stream,
@@ -521,6 +532,8 @@ class Receiver:
             "frames": self.frames_in,
             "received": totals["received"],
             "delivered": self.delivered,
+            "active_s": round(active, 6),
+            "goodput_msgs": round(self.delivered / active, 1) if active > 0 else 0.0,
             "queued": len(self._queue) + len(self._pending),
             "dropped": self.dropped,
             "lost": totals["lost"],

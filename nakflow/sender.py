@@ -108,6 +108,7 @@ class Sender:
         self.bytes = 0
         self.frames = 0
         self.blocked_s = 0.0
+        self.credit_stalled_s = 0.0
         self.try_refused = 0
         self.feedback_frames = 0
         self.feedback_bytes = 0
@@ -178,7 +179,9 @@ class Sender:
             if math.isinf(wait):  # waiting for credit: let new receivers learn of us
                 limit = min(limit, self._next_hello)
             self._read_feedback(now, max(0.0, limit - now))
-            now = time.monotonic()
+            before, now = now, time.monotonic()
+            if math.isinf(wait):  # nothing granted: the slowest receiver's credit is spent
+                self.credit_stalled_s += now - before
             if now >= self._tl_next:
                 self._sample(now)
             if math.isinf(wait) and now >= self._next_hello:
@@ -288,15 +291,27 @@ class Sender:
 
     def close(self, linger_s: float | None = None) -> None:
         """Send END (again) and BYE, then close the sockets."""
+        self._close(linger_s, end=True)
+
+    def abort(self, linger_s: float | None = None) -> None:
+        """Leave without END: receivers see this (sender, epoch) as incomplete.
+
+        For a sender whose work failed part-way (a Spark task that raised and
+        will be retried under a new epoch): END would claim the stream complete.
+        """
+        self._close(linger_s, end=False)
+
+    def _close(self, linger_s: float | None, *, end: bool) -> None:
         if self._closed:
             return
         self._closed = True
         if os.getpid() != self._pid:  # a forked copy must not touch the parent's sockets
             return
         try:
-            self.flush()  # END again even after flush(): it is idempotent, and on a lossy
-            # transport (multicast without flow control) one copy can be lost
-            self._pub.send(encode(Bye(self.stream, self.sender_id, "sender",
+            if end:
+                self.flush()  # END again even after flush(): it is idempotent, and on a
+                # lossy transport (multicast without flow control) one copy can be lost
+            self._pub.send(encode(Bye(self.stream, self.sender_id, "sender", self.epoch,
                                       time.monotonic() + self._wall_offset)))
         finally:
             linger = None if linger_s is None else int(linger_s * 1000)
@@ -326,6 +341,7 @@ class Sender:
             "elapsed_s": round(elapsed, 6),
             "rate_msgs": round(self.sent / elapsed, 1) if elapsed > 0 else 0.0,
             "blocked_s": round(self.blocked_s, 6),
+            "credit_stalled_s": round(self.credit_stalled_s, 6),
             "try_refused": self.try_refused,
             "rate_limit": flow.get("rate_limit"),
             "naks_received": flow.get("naks_received", {}),

@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from nakflow._timeline import rate_series
+
 COLORS = {"nak": "tab:blue", "ack": "tab:orange", "none": "tab:gray"}
 
 
@@ -22,10 +24,8 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
     fig, (ax_rate, ax_q) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for r in per_mode:
         tr, c = r["trace"], COLORS.get(r["mode"])
-        sent, t = tr["sent"], tr["t"]
-        w = max(1, round(0.1 / max(t[1] - t[0], 1e-9))) if len(t) > 1 else 1
-        ts = t[w::w]
-        rate = [(sent[i] - sent[i - w]) / (t[i] - t[i - w]) for i in range(w, len(t), w)]
+        t = tr["t"]
+        ts, rate = rate_series(t, tr["sent"], 0.1)
         ax_rate.plot(ts, rate, color=c, lw=1.0, label=f"{r['mode']} send rate (100 ms)")
         if r["mode"] == "nak":
             ax_rate.plot(t, [v if v is not None else float("nan") for v in tr["rate_limit"]],

@@ -110,8 +110,10 @@ class VecCreditGranter:
     """S x N CreditGranters (sender s at receiver i), vectorised.
 
     Mirrors ``nakflow.CreditGranter``: window = capacity // senders known, the
-    limit is ``position - queued + window``, re-granted after ``regrant_fraction``
-    of the window was freed and at least every ``heartbeat_s``.
+    limit aims at ``position - queued + window`` but hands out only capacity no
+    sender is committed to (senders in index order, as the scalar granter's),
+    re-granted after ``regrant_fraction`` of the window was freed and at least
+    every ``heartbeat_s``.
     """
 
     def __init__(self, senders: int, capacity_msgs: npt.ArrayLike,
@@ -129,6 +131,8 @@ class VecCreditGranter:
         self.granted = np.full(shape, -1, np.int64)
         self.granted_t = np.full(shape, -np.inf)
         self.seen_t = np.zeros(shape)
+        self.active_t = np.zeros(shape)  # when the position last moved
+        self.orphaned = np.zeros(cap.shape[0], np.int64)  # queued msgs of forgotten senders
         self.credits_sent = 0
 
     def window(self) -> IntArray:
@@ -140,6 +144,8 @@ class VecCreditGranter:
         """Sender s was heard at receiver i (``heard[s, i]``), about to send ``next_seq``."""
         new = heard & ~self.known
         old = heard & self.known
+        moved = (old & (next_seq > self.position)) | new
+        self.active_t = np.where(moved, now, self.active_t)
         self.position = np.where(new, next_seq,
                                  np.where(old, np.maximum(self.position, next_seq),
                                           self.position))
@@ -151,9 +157,13 @@ class VecCreditGranter:
 
     def on_enqueued(self, n: IntArray) -> None:
         self.queued = np.where(self.known, self.queued + n, self.queued)
+        self.orphaned += np.where(self.known, 0, n).sum(axis=0)
 
     def on_released(self, n: IntArray) -> None:
         self.queued = np.where(self.known, np.maximum(0, self.queued - n), self.queued)
+        for s in range(n.shape[0]):  # in sender order, as the scalar granter sees them
+            self.orphaned = np.where(self.known[s], self.orphaned,
+                                     np.maximum(0, self.orphaned - n[s]))
 
     def poll(self, now: float, active: BoolArray | None = None) -> tuple[BoolArray, IntArray]:
         """Credits due at ``now``: (due[s, i], limit[s, i]); only active receivers poll."""
@@ -161,14 +171,28 @@ class VecCreditGranter:
         if active is not None:
             stale &= active
         if stale.any():
+            self.orphaned += np.where(stale, self.queued, 0).sum(axis=0)
             self.known &= ~stale
         window = self.window()
         step = np.maximum(1, (window * self.config.regrant_fraction).astype(np.int64))
-        limit = self.position - self.queued + window
-        due = self.known & ((limit - self.granted >= step)
-                            | (now - self.granted_t >= self.config.heartbeat_s))
-        if active is not None:
-            due &= active
+        known = self.known
+        unused = np.where(now - self.active_t < self.config.idle_credit_s,
+                          np.maximum(0, self.granted - self.position), 0)
+        commit = np.where(known, unused + self.queued, 0)
+        free = self.capacity - self.orphaned - commit.sum(axis=0)
+        due = np.zeros_like(known)
+        limit = np.zeros_like(self.position)
+        for s in range(known.shape[0]):  # in sender order, as the scalar granter's dict
+            granted, position = self.granted[s], self.position[s]
+            base = np.maximum(granted, position)
+            extra = np.minimum(position - self.queued[s] + window - base, free)
+            lim = np.where(extra > 0, base + extra, base)
+            d = known[s] & ((lim - granted >= step) | (granted < 0)
+                            | (now - self.granted_t[s] >= self.config.heartbeat_s))
+            if active is not None:
+                d &= active
+            free = np.where(d, free - (lim - base), free)
+            due[s], limit[s] = d, lim
         if due.any():
             self.granted = np.where(due, limit, self.granted)
             self.granted_t = np.where(due, now, self.granted_t)

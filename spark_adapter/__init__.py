@@ -1,1 +1,40 @@
-"""placeholder"""
+"""Spark adapter: push a DataFrame or RDD to nakflow receivers from Spark tasks.
+
+    df.foreachPartition(nakflow_writer(WriterConfig(data=..., feedback=..., mode="nak")))
+
+Each task builds its own Sender; rows are pulled only as fast as the flow
+policy admits them. PySpark itself is imported only where it is used, so this
+package imports without it (``pip install 'nakflow[spark]'`` to run jobs).
+"""
+
+from .config import WriterConfig
+from .writer import (
+    METRICS_COLUMNS,
+    METRICS_DDL,
+    TaskIdentity,
+    current_task,
+    metrics_accumulator,
+    metrics_frame,
+    nakflow_batch_writer,
+    nakflow_writer,
+    row_to_msgpack,
+    send_and_collect,
+    send_partition,
+    send_with_metrics,
+)
+
+__all__ = [
+    "METRICS_COLUMNS",
+    "METRICS_DDL",
+    "TaskIdentity",
+    "WriterConfig",
+    "current_task",
+    "metrics_accumulator",
+    "metrics_frame",
+    "nakflow_batch_writer",
+    "nakflow_writer",
+    "row_to_msgpack",
+    "send_and_collect",
+    "send_partition",
+    "send_with_metrics",
+]

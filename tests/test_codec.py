@@ -30,7 +30,7 @@ frames = st.one_of(
     st.builds(Credit, names, names, names, u63, u63, ts),
     st.builds(Hello, names, names, st.sampled_from(["sender", "receiver"]),
               st.sampled_from(["nak", "ack", "none"]), u63, u63, st.text(max_size=5), ts),
-    st.builds(Bye, names, names, st.sampled_from(["sender", "receiver"]), ts),
+    st.builds(Bye, names, names, st.sampled_from(["sender", "receiver"]), u63, ts),
     st.builds(End, names, names, u63, u63, ts),
 )
 
@@ -39,7 +39,7 @@ EXAMPLES = [
     Nak("s", "r1", 87, 88.5, 2.0),
     Credit("s", "r1", "p0", 3, 4096, 2.0),
     Hello("s", "r1", "receiver", "nak", 0, 0, "p0", 1.0),
-    Bye("s", "p0", "sender", 1.0),
+    Bye("s", "p0", "sender", 3, 1.0),
     End("s", "p0", 3, 5000, 9.0),
 ]
 

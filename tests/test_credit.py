@@ -1,5 +1,7 @@
 """CreditLedger and CreditGranter: exact behaviour and the credit invariant."""
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -94,12 +96,71 @@ def test_never_more_sent_than_the_slowest_live_receiver_granted(script):
             granted = {r: g for r, g in granted.items() if r in led.receivers}
 
 
-def test_granter_initial_grant_is_capacity_shared_among_senders():
+def test_granter_never_promises_more_than_the_queue_holds():
+    """A sender joining while the first holds the whole queue gets a zero grant at once
+    (so its ledger knows this receiver and waits), then its share as the queue drains."""
     g = CreditGranter(100)
-    g.on_sender(("s1", 0), 0, now=0.0)
-    assert g.poll(now=0.0) == [(("s1", 0), 100)]
-    g.on_sender(("s2", 0), 500, now=0.0)
-    assert dict(g.poll(now=0.0))[("s2", 0)] == 550
+    s1, s2 = ("s1", 0), ("s2", 0)
+    g.on_sender(s1, 0, now=0.0)
+    assert g.poll(now=0.0) == [(s1, 100)]
+    g.on_sender(s2, 500, now=0.0)
+    assert g.poll(now=0.0) == [(s2, 500)]  # nothing free: "you may send nothing yet"
+    g.on_sender(s1, 100, now=0.01)
+    g.on_enqueued(s1, 100)
+    g.on_released(s1, 30)
+    assert g.poll(now=0.01) == [(s2, 530)]  # what s1 freed, s1 being over its window of 50
+    g.on_released(s1, 70)
+    assert dict(g.poll(now=0.02)) == {s1: 150, s2: 550}  # both at their window
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_granted_senders_never_overflow_the_queue(seed):
+    """Senders that send what they are granted, joining and ending at random, messages
+    arriving late (some read before a sender's END but queued after it), a consumer of
+    random speed: the queue never holds more than its capacity."""
+    rng = random.Random(seed)
+    cap = rng.randint(10, 300)
+    g = CreditGranter(cap)
+    queue: list[tuple[str, int]] = []
+    sent: dict[tuple[str, int], int] = {}  # next seq at the sender
+    arrived: dict[tuple[str, int], int] = {}  # next seq read by the receiver
+    limits: dict[tuple[str, int], int] = {}
+    joined = 0
+
+    def arrive(key, n, now):
+        nonlocal queue
+        arrived[key] += n
+        g.on_sender(key, arrived[key], now=now)
+        queue += [key] * n
+        g.on_enqueued(key, n)
+
+    for step in range(3_000):
+        now = step * 0.001
+        if rng.random() < 0.01 and len(sent) < 6:
+            key = (f"s{joined}", 0)
+            joined += 1
+            sent[key] = arrived[key] = rng.randint(0, 1000)
+            g.on_sender(key, sent[key], now=now)
+        if sent and rng.random() < 0.003:
+            gone = rng.choice(sorted(sent))
+            late = sent[gone] - arrived[gone]
+            g.on_sender(gone, sent[gone], now=now)  # the last DATA frames were read,
+            g.on_sender_gone(gone)  # then END, and only then are those frames queued
+            queue += [gone] * late
+            g.on_enqueued(gone, late)
+            del sent[gone], arrived[gone]
+            limits.pop(gone, None)
+        for key, limit in g.poll(now=now):
+            if key in sent:
+                limits[key] = max(limits.get(key, 0), limit)
+        for key in sent:
+            sent[key] += rng.randint(0, max(0, limits.get(key, 0) - sent[key]))
+            arrive(key, rng.randint(0, sent[key] - arrived[key]), now)
+        assert len(queue) <= cap, f"step {step}: {len(queue)} queued, capacity {cap}"
+        for _ in range(rng.randint(0, 3)):
+            if queue:
+                g.on_released(queue.pop(0), 1)
+    assert joined >= 2
 
 
 def test_granter_regrants_after_a_quarter_is_freed_and_heartbeats():
@@ -128,3 +189,43 @@ def test_granter_counts_losses_in_flight_as_freed_and_forgets_ended_senders():
     assert g.limit_for(key) == 16
     g.on_sender_gone(key)
     assert g.poll(now=0.2) == [] and g.next_deadline() is None
+
+
+def test_two_senders_holding_credit_at_different_receivers_do_not_deadlock():
+    """Receiver 1 hears A first, receiver 2 hears B first: each gives its first sender the
+    whole queue and the other a zero grant, so A waits at 2 and B at 1 (grants cannot be
+    taken back). After idle_credit_s the unused credit is lent out and both finish."""
+    cap, cfg = 100, AckConfig(idle_credit_s=0.5)
+    rx = [CreditGranter(cap, cfg), CreditGranter(cap, cfg)]
+    a, b = ("A", 0), ("B", 0)
+    sent = {a: 0, b: 0}
+    limits: dict = {a: {}, b: {}}
+    queues: list[list] = [[], []]
+    rx[0].on_sender(a, 0, now=0.0)
+    rx[1].on_sender(b, 0, now=0.0)
+    first_progress = None
+    for step in range(5_000):
+        now = step * 0.001
+        if step == 1:
+            rx[0].on_sender(b, 0, now=now)
+            rx[1].on_sender(a, 0, now=now)
+        for i, g in enumerate(rx):
+            for key, limit in g.poll(now=now):
+                limits[key][i] = max(limits[key].get(i, 0), limit)
+        for key in (a, b):
+            if len(limits[key]) == 2:
+                n = min(10, min(limits[key].values()) - sent[key])
+                if n > 0:
+                    sent[key] += n
+                    for i, g in enumerate(rx):
+                        g.on_sender(key, sent[key], now=now)
+                        g.on_enqueued(key, n)
+                        queues[i] += [key] * n
+        if first_progress is None and min(sent.values()) > 0:
+            first_progress = now
+        for i, g in enumerate(rx):
+            for _ in range(2):
+                if queues[i]:
+                    g.on_released(queues[i].pop(0), 1)
+    assert first_progress is not None and 0.5 <= first_progress < 1.0
+    assert min(sent.values()) > 2_000  # both kept going (2 msgs/ms consumed per queue)

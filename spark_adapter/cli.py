@@ -1,0 +1,83 @@
+"""``nakflow eval``: registered through the ``nakflow.commands`` entry point."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from nakflow import MODES
+from nakflow._local import format_table
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
+    return value
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "eval", help="the evaluation job: ACK vs NAK vs none from Spark executors",
+        description="Start local receivers (one slow), send a DataFrame from Spark tasks once "
+                    "per mode, and print a comparison of sender and receiver metrics.")
+    p.add_argument("--master", default="local[*]",
+                   help="Spark master URL, e.g. local[*] or local-cluster[2,1,1024]")
+    p.add_argument("--rows", type=_positive_int, default=100_000, help="rows to generate")
+    p.add_argument("--partitions", type=_positive_int, default=None,
+                   help="partitions = senders (default 4; with --input: as read)")
+    p.add_argument("--row-bytes", type=int, default=60, help="filler bytes per generated row")
+    p.add_argument("--input", default=None, metavar="PATH", help="parquet, csv or json to send")
+    p.add_argument("--format", default=None, choices=("parquet", "csv", "json"))
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--slow-rate", type=float, default=20_000.0, metavar="ROWS_PER_S",
+                   help="the slow receiver's consumption rate")
+    p.add_argument("--capacity", type=_positive_int, default=5_000, help="queue bound, rows")
+    p.add_argument("--stall-for", type=float, default=0.0, metavar="S",
+                   help="add a receiver whose consumer stalls this long (0: none)")
+    p.add_argument("--stall-at", type=float, default=2.0, metavar="S",
+                   help="... this long after it started")
+    p.add_argument("--receivers", action="append", default=[], metavar="DATA,FEEDBACK",
+                   help="an external receiver's endpoints (repeatable); none are started then")
+    p.add_argument("--batch-rows", type=_positive_int, default=128, help="rows per DATA frame")
+    p.add_argument("--out", default=None, metavar="DIR", help="write eval.json and PNG plots")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluation import EvalConfig, parse_receivers, print_progress, run_eval
+    from .session import spark_session
+
+    cfg = EvalConfig(master=args.master, rows=args.rows, partitions=args.partitions,
+                     row_bytes=args.row_bytes, input_path=args.input, input_format=args.format,
+                     modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+                     slow_rate=args.slow_rate, capacity=args.capacity,
+                     stall_for_s=args.stall_for, stall_at_s=args.stall_at,
+                     receivers=parse_receivers(args.receivers), batch_rows=args.batch_rows)
+    print_progress(f"[eval] starting Spark ({cfg.master}) ...")
+    spark = spark_session(cfg.master, "nakflow-eval")
+    try:
+        result = run_eval(spark, cfg, progress=print_progress)
+    finally:
+        spark.stop()
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, "eval.json")
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        written = [path]
+        try:
+            from .plots import plot_eval
+        except ImportError as exc:
+            print_progress(f"[eval] no plots (pip install 'nakflow[plot]'): {exc}")
+        else:
+            written += plot_eval(args.out, result)
+        print_progress(f"[eval] wrote {', '.join(written)}")
+    if args.json:
+        print(json.dumps(result, default=str))
+    else:
+        print(format_table(result["table"]))
+    return 0

@@ -1,0 +1,84 @@
+"""The adapter's configuration: one plain, picklable object shipped to every task."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nakflow import AckConfig, ConfigError, NakConfig, check_mode
+from transports import parse_endpoints
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    """Where and how Spark tasks send their rows.
+
+    Args:
+        data: receivers' data endpoints (a list or comma-separated), or a multicast group.
+        feedback: receivers' feedback endpoints, or the feedback multicast group.
+        mode: ``"nak"`` (default), ``"ack"`` or ``"none"``.
+        stream: stream name (receivers ignore other streams).
+        run_id: prefix of every task's sender id. ``None`` (default): a fresh id per
+            job, made on the driver when the writer is built. Pin it to make re-runs of
+            the same job (or replays of a streaming micro-batch) recognisable as
+            re-sends, so receivers with ``drop_duplicates`` deliver their rows once.
+        nak, ack: policy parameters (see nakflow.NakConfig / AckConfig).
+        max_rate_msgs: a per-task cap in every mode (``nak``: its ceiling), rows/s.
+        batch_rows: rows pulled from the partition and sent per DATA frame; the most a
+            task holds in memory beyond Spark's own iterator.
+        serializer: ``row -> bytes``; default: msgpack of a dict per row.
+        wait_receivers: before sending, wait until this many receivers answered
+            (guards against ZeroMQ's slow-joiner loss; 0: do not wait).
+        wait_timeout_s: ... for at most this long; then the task fails (and is retried).
+        send_timeout_s: a task that gets no permission to send for this long fails
+            (e.g. ``ack`` with every receiver gone); ``None``: wait for ever.
+        linger_s: how long closing a sender may keep unsent frames, s.
+    """
+
+    data: Sequence[str] | str  # stored as a tuple of URIs
+    feedback: Sequence[str] | str
+    mode: str = "nak"
+    stream: str = "default"
+    run_id: str | None = None
+    nak: NakConfig = field(default_factory=NakConfig)
+    ack: AckConfig = field(default_factory=AckConfig)
+    max_rate_msgs: float | None = None
+    batch_rows: int = 128
+    serializer: Callable[[Any], bytes] | None = None
+    wait_receivers: int = 0
+    wait_timeout_s: float = 30.0
+    send_timeout_s: float | None = 300.0
+    linger_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode)
+        for name in ("data", "feedback"):
+            value: str | Sequence[str] = getattr(self, name)
+            object.__setattr__(self, name, tuple(parse_endpoints(value)))
+        if not self.stream or len(self.stream) > 256:
+            raise ConfigError("stream must be a name of 1..256 characters")
+        if self.run_id is not None and not self.run_id:
+            raise ConfigError("run_id must be None or a non-empty string")
+        if self.batch_rows < 1:
+            raise ConfigError("batch_rows must be >= 1")
+        if self.wait_receivers < 0:
+            raise ConfigError("wait_receivers must be >= 0")
+        if not self.wait_timeout_s > 0 or not self.linger_s >= 0:
+            raise ConfigError("wait_timeout_s must be > 0 and linger_s >= 0")
+        if self.send_timeout_s is not None and not self.send_timeout_s > 0:
+            raise ConfigError("send_timeout_s must be > 0 or None")
+        if self.max_rate_msgs is not None and not self.max_rate_msgs > 0:
+            raise ConfigError("max_rate_msgs must be > 0 or None")
+
+    def pinned(self) -> WriterConfig:
+        """This config with a run id (a fresh one if none was given)."""
+        if self.run_id is not None:
+            return self
+        return replace(self, run_id=f"run-{uuid.uuid4().hex[:12]}")
+
+    def for_batch(self, batch_id: int) -> WriterConfig:
+        """The config of one Structured Streaming micro-batch (``foreachBatch``)."""
+        base = self.pinned()
+        return replace(base, run_id=f"{base.run_id}/b{batch_id}")

@@ -1,0 +1,222 @@
+"""``nakflow eval``: the same Spark job once per flow-control mode, from the executors.
+
+For each mode: start receiver processes on loopback (one slow, optionally one
+stalled mid-run), send a DataFrame with ``send_and_collect`` (one sender per
+task), gather the senders' metrics from the executors and the receivers'
+reports from their processes, and put both in one comparison table.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from nakflow import MODES, ConfigError, check_mode
+from nakflow._local import LocalReceivers, ReceiverSpec
+
+from .config import WriterConfig
+from .writer import send_and_collect
+
+INPUT_FORMATS = ("parquet", "csv", "json")
+STREAM = "eval"
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What ``nakflow eval`` runs; every field is a command-line option."""
+
+    #: Spark master URL.
+    master: str = "local[*]"
+    #: Rows generated (ignored with ``input_path``).
+    rows: int = 100_000
+    #: Partitions = Spark tasks = senders (with ``input_path``: repartition only if set).
+    partitions: int | None = None
+    #: Bytes of filler per generated row (the msgpack'd row is about 40 bytes more).
+    row_bytes: int = 60
+    #: Read the rows from this parquet / csv / json path instead.
+    input_path: str | None = None
+    #: Its format (default: from the file name; a directory is parquet).
+    input_format: str | None = None
+    modes: tuple[str, ...] = MODES
+    #: The slow receiver consumes this many rows/s.
+    slow_rate: float = 20_000.0
+    #: Each receiver's queue bound, rows.
+    capacity: int = 5_000
+    #: Stall one receiver's consumer for this long (0: no stalled receiver), s.
+    stall_for_s: float = 0.0
+    #: ... this many seconds after it started, s.
+    stall_at_s: float = 2.0
+    #: External receivers as (data URIs, feedback URIs); empty: start local ones.
+    receivers: tuple[tuple[str, str], ...] = ()
+    #: Rows per DATA frame.
+    batch_rows: int = 128
+
+    def __post_init__(self) -> None:
+        for m in self.modes:
+            check_mode(m)
+        if not self.modes:
+            raise ConfigError("name at least one mode")
+        if self.rows < 1 or self.row_bytes < 0 or self.capacity < 1 or self.batch_rows < 1:
+            raise ConfigError("rows, capacity and batch_rows must be >= 1, row_bytes >= 0")
+        if self.partitions is not None and self.partitions < 1:
+            raise ConfigError("partitions must be >= 1")
+        if not self.slow_rate > 0 or self.stall_for_s < 0 or self.stall_at_s < 0:
+            raise ConfigError("slow_rate must be > 0, stall times >= 0")
+        if self.input_format is not None and self.input_format not in INPUT_FORMATS:
+            raise ConfigError(f"input_format must be one of {', '.join(INPUT_FORMATS)}")
+        if self.receivers and len(self.modes) != 1:
+            raise ConfigError("external receivers run one mode each: give --modes with one mode "
+                              "(the one they were started with)")
+
+    def receiver_specs(self) -> list[ReceiverSpec]:
+        specs = [ReceiverSpec("slow", consume_rate_msgs=self.slow_rate,
+                              capacity_msgs=self.capacity, drop_duplicates=True),
+                 ReceiverSpec("fast-1", capacity_msgs=self.capacity, drop_duplicates=True)]
+        if self.stall_for_s:
+            specs.append(ReceiverSpec("stalled", stall_at_s=self.stall_at_s,
+                                      stall_for_s=self.stall_for_s,
+                                      capacity_msgs=self.capacity, drop_duplicates=True))
+        else:
+            specs.append(ReceiverSpec("fast-2", capacity_msgs=self.capacity,
+                                      drop_duplicates=True))
+        return specs
+
+
+def load_input(spark: Any, cfg: EvalConfig) -> Any:
+    """The evaluation's DataFrame: generated, or read from ``input_path``."""
+    if cfg.input_path is None:
+        parts = cfg.partitions or 4
+        return spark.range(cfg.rows, numPartitions=parts).selectExpr(
+            "id", "concat('row-', id) AS name", "id % 97 AS bucket",
+            "cast(id AS double) / 7 AS value", f"repeat('x', {cfg.row_bytes}) AS filler")
+    if not os.path.exists(cfg.input_path):
+        raise ConfigError(f"input path not found: {cfg.input_path}")
+    fmt = cfg.input_format
+    if fmt is None:
+        ext = os.path.splitext(cfg.input_path.rstrip("/"))[1].lstrip(".").lower()
+        fmt = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json",
+               "": "parquet"}.get(ext)
+        if fmt is None:
+            raise ConfigError(f"cannot tell the format of {cfg.input_path}; give --format")
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+    df = reader.load(cfg.input_path)
+    # round-robin repartition is deterministic in Spark (sorted first), so a retried
+    # task re-sends the same rows under the same sequence numbers
+    return df.repartition(cfg.partitions) if cfg.partitions else df
+
+
+def _budget_s(cfg: EvalConfig, rows: int) -> float:
+    return 120.0 + 3.0 * rows / cfg.slow_rate + cfg.stall_for_s
+
+
+def run_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig, *, rows: int,
+             partitions: int) -> dict[str, Any]:
+    """One Spark job under ``mode``: sender metrics from the executors, receiver reports."""
+    run_id = f"eval-{mode}-{uuid.uuid4().hex[:8]}"
+    if cfg.receivers:
+        data = ",".join(d for d, _ in cfg.receivers)
+        feedback = ",".join(f for _, f in cfg.receivers)
+        wcfg = WriterConfig(data, feedback, mode=mode, stream=STREAM, run_id=run_id,
+                            wait_receivers=len(cfg.receivers), batch_rows=cfg.batch_rows)
+        t0 = time.monotonic()
+        senders = send_and_collect(df, wcfg)
+        return {"mode": mode, "run_id": run_id, "rows": rows, "partitions": partitions,
+                "job_s": time.monotonic() - t0, "senders": senders, "receivers": []}
+    specs = cfg.receiver_specs()
+    with LocalReceivers(specs, mode=mode, senders=partitions, stream=STREAM,
+                        duration_s=_budget_s(cfg, rows)) as rx:
+        rx.wait_ready()
+        wcfg = WriterConfig(rx.data, rx.feedback, mode=mode, stream=STREAM, run_id=run_id,
+                            wait_receivers=len(specs), batch_rows=cfg.batch_rows)
+        t0 = time.monotonic()
+        senders = send_and_collect(df, wcfg)
+        job_s = time.monotonic() - t0
+        receivers = rx.results(timeout_s=_budget_s(cfg, rows))
+    return {"mode": mode, "run_id": run_id, "rows": rows, "partitions": partitions,
+            "job_s": job_s, "senders": senders, "receivers": receivers}
+
+
+def table_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Comparison rows of one mode's run: one per receiver (one in all if external)."""
+    senders = run["senders"]
+    rows_per_s = round(run["rows"] / run["job_s"]) if run["job_s"] > 0 else 0
+    common = {
+        "mode": run["mode"], "rows_per_s": rows_per_s,
+        "blocked_s": round(sum(s["blocked_s"] for s in senders), 2),
+        "fb_frames": sum(s["feedback_frames"] for s in senders),
+        "cuts": sum(s["cuts"] for s in senders),
+    }
+    if not run["receivers"]:
+        return [{**common, "receiver": "(external)", "sent": sum(s["rows"] for s in senders)}]
+    out = []
+    for r in run["receivers"]:
+        complete = {s["sender"] for s in r["senders"] if s["status"] == "complete"}
+        out.append({
+            "mode": run["mode"], "receiver": r["receiver_id"], "rows_per_s": rows_per_s,
+            "goodput": round(r["goodput_msgs"]), "delivered": r["delivered"],
+            "missing": run["rows"] - r["delivered"], "dropped": r["dropped"],
+            "lost": r["lost"], "dups": r["duplicates"],
+            "complete": f"{len(complete)}/{run['partitions']}",
+            "queue_peak": r["queue_peak"], "blocked_s": common["blocked_s"],
+            "fb_frames": common["fb_frames"], "naks": sum(r["naks_sent"].values()),
+            "credits": r["credits_sent"],
+        })
+    return out
+
+
+def _count_rows(rows: Iterator[Any]) -> Iterator[int]:
+    import nakflow.sender  # noqa: F401  (load what the senders need, once per worker)
+
+    yield sum(1 for _ in rows)
+
+
+def warm_up(df: Any) -> int:
+    """Run one job over every partition before timing anything; return the row count.
+
+    The first job of a session starts the executors' Python workers; without
+    this, whichever mode ran first would pay for it.
+    """
+    return int(sum(df.rdd.mapPartitions(_count_rows).collect()))
+
+
+def run_eval(spark: Any, cfg: EvalConfig,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run every mode of ``cfg`` on ``spark``; return runs, table and config (JSON-ready)."""
+    df = load_input(spark, cfg)
+    partitions = df.rdd.getNumPartitions()
+    rows = warm_up(df)
+    runs: list[dict[str, Any]] = []
+    table: list[dict[str, Any]] = []
+    for mode in cfg.modes:
+        run = run_mode(spark, df, mode, cfg, rows=rows, partitions=partitions)
+        runs.append(run)
+        table += table_rows(run)
+        if progress is not None:
+            worst = max((rows - r["delivered"] for r in run["receivers"]), default=None)
+            tail = "" if worst is None else f", at most {worst:,} rows missing at a receiver"
+            progress(f"[eval] mode {mode}: {rows:,} rows from {partitions} tasks in "
+                     f"{run['job_s']:.1f} s ({rows / run['job_s']:,.0f} rows/s){tail}")
+    return {"config": asdict(cfg), "spark_master": spark.sparkContext.master,
+            "rows": rows, "partitions": partitions, "runs": runs, "table": table}
+
+
+def print_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def parse_receivers(specs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``DATA_URI,FEEDBACK_URI`` per receiver."""
+    out = []
+    for spec in specs:
+        parts = [p.strip() for p in spec.split(",")]
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(f"--receivers wants DATA_URI,FEEDBACK_URI, got {spec!r}")
+        out.append((parts[0], parts[1]))
+    return tuple(out)

@@ -1,0 +1,245 @@
+"""Send a DataFrame's or RDD's rows to nakflow receivers from inside Spark tasks.
+
+``df.foreachPartition(nakflow_writer(config))`` is the one-liner. Each task
+builds its own ``nakflow.Sender`` (sockets cannot be pickled, so nothing of it
+exists on the driver), pulls rows from its partition iterator only as fast as
+the flow policy admits them (gate the source, never the sink: at most
+``batch_rows`` rows are held), and finishes only after END: commit after send.
+A task that raises leaves without END, so receivers see that attempt as
+incomplete; Spark retries it under the next attempt number, which is the
+sender's epoch, and a receiver with ``drop_duplicates`` delivers its rows once.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import itertools
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import msgpack
+
+from nakflow.sender import Sender
+
+from .config import WriterConfig
+
+log = logging.getLogger("nakflow.spark")
+
+#: Columns of a per-task metrics row, in order, with their Spark SQL types.
+METRICS_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run_id", "string"), ("sender_id", "string"), ("epoch", "bigint"),
+    ("partition", "int"), ("attempt", "int"), ("stage", "int"), ("task_attempt_id", "bigint"),
+    ("executor", "string"), ("mode", "string"),
+    ("rows", "bigint"), ("bytes", "bigint"), ("frames", "bigint"),
+    ("elapsed_s", "double"), ("rows_per_s", "double"), ("wait_receivers_s", "double"),
+    ("blocked_s", "double"), ("credit_stalled_s", "double"),
+    ("naks", "bigint"), ("naks_by_level", "map<string,bigint>"), ("cuts", "bigint"),
+    ("final_rate_limit", "double"), ("feedback_frames", "bigint"), ("receivers", "int"),
+)
+METRICS_DDL = ", ".join(f"{name} {kind}" for name, kind in METRICS_COLUMNS)
+
+
+def _plain(value: Any) -> Any:
+    """msgpack ``default`` hook: Spark values msgpack has no type for."""
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    if hasattr(value, "asDict"):  # a nested Row
+        return value.asDict(recursive=True)
+    raise TypeError(f"cannot serialise {type(value).__name__}; pass serializer= to the config")
+
+
+def row_to_msgpack(row: Any) -> bytes:
+    """The default serializer: a Row becomes a msgpack map of column -> value.
+
+    Dates and timestamps become ISO 8601 strings and decimals strings; an RDD's
+    plain values (dicts, tuples, numbers, strings) are packed as they are.
+    """
+    if hasattr(row, "asDict"):
+        row = row.asDict(recursive=True)
+    out: bytes = msgpack.packb(row, default=_plain, use_bin_type=True, datetime=False)
+    return out
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """Who a task's sender is: sender id ``<run id>/p<partition>``, epoch = attempt number."""
+
+    run_id: str
+    partition: int
+    attempt: int
+    stage: int = -1
+    task_attempt_id: int = -1
+
+    @property
+    def sender_id(self) -> str:
+        return f"{self.run_id}/p{self.partition}"
+
+
+
+def current_task(run_id: str) -> TaskIdentity:
+    """The identity of the running Spark task. Raises RuntimeError on the driver."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("nakflow's Spark writer runs inside Spark tasks (foreachPartition, "
+                           "mapPartitions); it cannot send from the driver")
+    return TaskIdentity(run_id, ctx.partitionId(), ctx.attemptNumber(), ctx.stageId(),
+                        ctx.taskAttemptId())
+
+
+def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIdentity,
+                   ) -> dict[str, Any]:
+    """Send ``rows`` as one sender (id and epoch from ``identity``); return its metrics.
+
+    Rows are pulled ``batch_rows`` at a time and each batch is sent before the
+    next is pulled. On success the stream ends with END; on any exception the
+    sender leaves without END and the exception propagates (Spark retries).
+    """
+    serialize: Callable[[Any], bytes] = config.serializer or row_to_msgpack
+    ack = config.ack
+    if config.wait_receivers > ack.min_receivers:  # ack: send nothing before all have granted
+        ack = replace(ack, min_receivers=config.wait_receivers)
+    t0 = time.monotonic()
+    sender = Sender(config.data, config.feedback, mode=config.mode, stream=config.stream,
+                    sender_id=identity.sender_id, epoch=identity.attempt, nak=config.nak,
+                    ack=ack, max_rate_msgs=config.max_rate_msgs)
+    ok = False
+    waited = 0.0
+    try:
+        if config.wait_receivers:
+            sender.wait_for_receivers(config.wait_receivers, timeout=config.wait_timeout_s)
+            waited = time.monotonic() - t0
+        it = iter(rows)
+        while True:
+            batch = [serialize(row) for row in itertools.islice(it, config.batch_rows)]
+            if not batch:
+                break
+            sender.send_batch(batch, timeout=config.send_timeout_s)
+        sender.flush()
+        ok = True
+    finally:
+        snap = sender.snapshot()
+        if ok:
+            sender.close(linger_s=config.linger_s)
+        else:
+            log.warning("sender %s epoch %d failed after %d rows; leaving without END",
+                        identity.sender_id, identity.attempt, sender.sent)
+            sender.abort(linger_s=config.linger_s)
+    naks = {str(k): int(v) for k, v in (snap.get("naks_received") or {}).items()}
+    elapsed = time.monotonic() - t0
+    return {
+        "run_id": config.run_id, "sender_id": identity.sender_id, "epoch": identity.attempt,
+        "partition": identity.partition, "attempt": identity.attempt, "stage": identity.stage,
+        "task_attempt_id": identity.task_attempt_id,
+        "executor": f"{socket.gethostname()}/{os.getpid()}", "mode": config.mode,
+        "rows": snap["sent"], "bytes": snap["bytes"],
+        "frames": snap["frames"], "elapsed_s": round(elapsed, 6),
+        "rows_per_s": round(snap["sent"] / elapsed, 1) if elapsed > 0 else 0.0,
+        "wait_receivers_s": round(waited, 6), "blocked_s": snap["blocked_s"],
+        "credit_stalled_s": snap["credit_stalled_s"], "naks": sum(naks.values()),
+        "naks_by_level": naks, "cuts": int(snap["cuts"]),
+        "final_rate_limit": None if snap["rate_limit"] is None else float(snap["rate_limit"]),
+        "feedback_frames": snap["feedback_frames"], "receivers": int(snap["receivers"] or 0),
+    }
+
+
+def _task_send(config: WriterConfig, rows: Iterable[Any]) -> dict[str, Any]:
+    assert config.run_id is not None  # pinned on the driver
+    return send_partition(config, rows, current_task(config.run_id))
+
+
+def nakflow_writer(config: WriterConfig, *, metrics: Any = None,
+                   ) -> Callable[[Iterable[Any]], None]:
+    """A function for ``df.foreachPartition`` / ``rdd.foreachPartition``.
+
+    Args:
+        config: where and how to send; its run id is fixed here, on the driver.
+        metrics: an accumulator from ``metrics_accumulator(sc)``; each successful task
+            adds its metrics row (Spark counts a task's update once, failed attempts never).
+    """
+    cfg = config.pinned()
+
+    def write(rows: Iterable[Any]) -> None:
+        report = _task_send(cfg, rows)
+        if metrics is not None:
+            metrics.add([report])
+
+    return write
+
+
+def nakflow_batch_writer(config: WriterConfig, *, metrics: Any = None,
+                         ) -> Callable[[Any, int], None]:
+    """A function for Structured Streaming's ``writeStream.foreachBatch``.
+
+    Runs on the driver once per micro-batch and sends the batch with
+    ``foreachPartition``; sender ids carry the batch id. With a pinned ``run_id``
+    a replayed batch (after a query restart from its checkpoint) is a re-send.
+    """
+    cfg = config.pinned()
+
+    def write_batch(batch_df: Any, batch_id: int) -> None:
+        batch_df.foreachPartition(nakflow_writer(cfg.for_batch(batch_id), metrics=metrics))
+
+    return write_batch
+
+
+def send_and_collect(data: Any, config: WriterConfig) -> list[dict[str, Any]]:
+    """Send a DataFrame or RDD now (``mapPartitions``); return one metrics dict per partition.
+
+    Only the successful attempt of a retried task reports (see its ``attempt``).
+    """
+    cfg = config.pinned()
+    rdd = data.rdd if hasattr(data, "rdd") else data
+
+    def per_partition(rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
+        yield _task_send(cfg, rows)
+
+    reports: list[dict[str, Any]] = rdd.mapPartitions(per_partition).collect()
+    return reports
+
+
+def send_with_metrics(data: Any, config: WriterConfig) -> Any:
+    """Send a DataFrame or RDD now; return a DataFrame with one metrics row per partition.
+
+    The (small) result is collected at once, so the rows are sent exactly one
+    time however often the returned DataFrame is used.
+    """
+    from pyspark.sql import SparkSession
+
+    reports = send_and_collect(data, config)
+    return metrics_frame(SparkSession.builder.getOrCreate(), reports)
+
+
+class ListParam:
+    """Accumulator parameter (pyspark's AccumulatorParam protocol): lists, concatenated."""
+
+    def zero(self, value: list[Any]) -> list[Any]:
+        return []
+
+    def addInPlace(self, value1: list[Any], value2: list[Any]) -> list[Any]:
+        value1.extend(value2)
+        return value1
+
+
+def metrics_accumulator(sc: Any) -> Any:
+    """An accumulator that collects per-task metrics rows (a list of dicts)."""
+    return sc.accumulator([], ListParam())
+
+
+def metrics_frame(spark: Any, reports: Iterable[dict[str, Any]]) -> Any:
+    """A DataFrame of metrics rows (e.g. an accumulator's value)."""
+    return spark.createDataFrame([tuple(r[c] for c, _ in METRICS_COLUMNS) for r in reports],
+                                 schema=METRICS_DDL)

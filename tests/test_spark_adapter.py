@@ -1,0 +1,313 @@
+"""The Spark adapter with real Spark: local mode and local-cluster (separate executor JVMs)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import itertools
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+
+import msgpack
+import pytest
+
+from nakflow import ConfigError
+from nakflow.receiver import Receiver
+from spark_adapter import (
+    TaskIdentity,
+    WriterConfig,
+    metrics_accumulator,
+    metrics_frame,
+    nakflow_batch_writer,
+    nakflow_writer,
+    row_to_msgpack,
+    send_partition,
+    send_with_metrics,
+)
+from spark_adapter.evaluation import EvalConfig, run_eval
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+on_local = pytest.mark.parametrize("spark", ["local"], indirect=True)
+on_both = pytest.mark.parametrize("spark", ["local", "local-cluster"], indirect=True)
+
+
+class Collecting:
+    """In-process receivers with a consumer thread each, keeping every payload's id."""
+
+    def __init__(self, n: int, mode: str, *, capacity: int = 5_000,
+                 stream: str = "test") -> None:
+        self.receivers = [Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode=mode,
+                                   stream=stream, capacity_msgs=capacity,
+                                   drop_duplicates=True) for _ in range(n)]
+        self.ids: list[list[int]] = [[] for _ in range(n)]
+        self._threads = [threading.Thread(target=self._consume, args=(i,), daemon=True)
+                         for i in range(n)]
+        for t in self._threads:
+            t.start()
+
+    def _consume(self, i: int) -> None:
+        for msg in self.receivers[i]:
+            self.ids[i].append(msgpack.unpackb(msg.payload)["id"])
+
+    @property
+    def data(self) -> list[str]:
+        return [u for r in self.receivers for u in r.data_endpoints]
+
+    @property
+    def feedback(self) -> list[str]:
+        return [u for r in self.receivers for u in r.feedback_endpoints]
+
+    def finish(self, ends: int, timeout: float = 60.0) -> list[dict]:
+        """Wait for ``ends`` ENDs and an empty queue at each receiver; close; snapshots."""
+        for r in self.receivers:
+            assert r.wait_for_ends(ends, timeout), r.ends()
+            assert r.wait_drained(timeout)
+        return self.close()
+
+    def close(self) -> list[dict]:
+        for r in self.receivers:
+            r.close()
+        for t in self._threads:
+            t.join(10)
+        return [r.snapshot() for r in self.receivers]
+
+
+def example_frame(spark, rows: int, partitions: int):
+    """Rows with the awkward types too: dates, timestamps, decimals, arrays, structs."""
+    return spark.range(rows, numPartitions=partitions).selectExpr(
+        "id", "concat('row-', id) AS name",
+        "date_add(date'2026-01-01', cast(id % 300 AS int)) AS day",
+        "cast(id AS decimal(20, 2)) / 3 AS amount", "array(id, id + 1) AS pair",
+        "named_struct('k', id % 7) AS nested")
+
+
+@on_both
+@pytest.mark.parametrize("mode", ["nak", "ack"])
+def test_every_row_reaches_both_receivers_exactly_once(spark, mode):
+    rows, parts = 20_000, 4
+    rx = Collecting(2, mode)
+    try:
+        cfg = WriterConfig(rx.data, rx.feedback, mode=mode, stream="test", wait_receivers=2)
+        acc = metrics_accumulator(spark.sparkContext)
+        example_frame(spark, rows, parts).foreachPartition(nakflow_writer(cfg, metrics=acc))
+        snaps = rx.finish(parts)
+    finally:
+        rx.close()
+    for ids, snap in zip(rx.ids, snaps, strict=True):
+        assert sorted(ids) == list(range(rows))
+        assert (snap["dropped"], snap["lost"], snap["duplicates"]) == (0, 0, 0)
+        assert [s["status"] for s in snap["senders"]] == ["complete"] * parts
+    reports = acc.value
+    assert sorted(r["partition"] for r in reports) == list(range(parts))
+    assert sum(r["rows"] for r in reports) == rows
+    assert all(r["mode"] == mode and r["attempt"] == 0 and r["receivers"] == 2 for r in reports)
+    assert len({r["run_id"] for r in reports}) == 1
+    frame = metrics_frame(spark, reports)
+    assert frame.count() == parts and frame.agg({"rows": "sum"}).first()[0] == rows
+    if spark.sparkContext.master.startswith("local-cluster"):  # really other processes
+        assert len({r["executor"] for r in reports}) >= 1
+        assert all(r["executor"].split("/")[1] != str(os.getpid()) for r in reports)
+
+
+def fail_first_attempt(partition: int, after_rows: int):
+    """A serializer that raises in the first attempt of one partition, mid-partition.
+
+    A closure, so Spark pickles it by value (executors cannot import this test module).
+    """
+    count = [0]
+
+    def serialize(row) -> bytes:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx.partitionId() == partition and ctx.attemptNumber() == 0:
+            count[0] += 1
+            if count[0] > after_rows:
+                raise RuntimeError("injected failure in the first attempt")
+        return row_to_msgpack(row)
+
+    return serialize
+
+
+@on_both
+def test_a_failed_task_is_retried_and_its_rows_delivered_once(spark):
+    rows, parts = 8_000, 2
+    rx = Collecting(1, "nak")
+    try:
+        cfg = WriterConfig(rx.data, rx.feedback, stream="test", wait_receivers=1,
+                           serializer=fail_first_attempt(partition=1, after_rows=1_500))
+        metrics = send_with_metrics(example_frame(spark, rows, parts), cfg).collect()
+        snap = rx.finish(parts)[0]
+    finally:
+        rx.close()
+    assert sorted(rx.ids[0]) == list(range(rows))  # each row exactly once
+    assert snap["duplicates"] >= 1_000  # the retry re-sent what attempt 0 had sent
+    p1 = sorted((s for s in snap["senders"] if s["sender"].endswith("/p1")),
+                key=lambda s: s["epoch"])
+    assert [(s["epoch"], s["status"], s["re_sent"]) for s in p1] == [
+        (0, "incomplete", True), (1, "complete", True)]
+    by_part = {m["partition"]: m for m in metrics}
+    assert by_part[1]["attempt"] == 1 and by_part[1]["epoch"] == 1
+    assert by_part[0]["attempt"] == 0
+
+
+@on_local
+def test_slow_receiver_none_drops_nak_and_ack_do_not(spark):
+    """The evaluation's own runner, small: receiver processes, one consuming 5k rows/s."""
+    cfg = EvalConfig(rows=30_000, partitions=2, slow_rate=5_000, capacity=2_000)
+    result = run_eval(spark, cfg)
+    table = {(r["mode"], r["receiver"]): r for r in result["table"]}
+    assert set(table) == {(m, r) for m in ("nak", "ack", "none")
+                          for r in ("slow", "fast-1", "fast-2")}
+    for mode in ("nak", "ack"):
+        for name in ("slow", "fast-1", "fast-2"):
+            row = table[mode, name]
+            assert (row["missing"], row["dropped"], row["lost"]) == (0, 0, 0), (mode, name)
+            assert row["complete"] == "2/2"
+    assert table["none", "slow"]["dropped"] > 0
+    assert table["none", "slow"]["missing"] == table["none", "slow"]["dropped"]
+    assert table["nak", "slow"]["naks"] > 0 and table["ack", "slow"]["credits"] > 0
+    runs = {r["mode"]: r for r in result["runs"]}
+    assert all(len(run["senders"]) == 2 for run in runs.values())
+    assert sum(s["cuts"] for s in runs["nak"]["senders"]) > 0
+    assert sum(s["credit_stalled_s"] for s in runs["ack"]["senders"]) > 0
+
+
+@on_local
+def test_structured_streaming_micro_batches_are_sent(spark, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for f in range(3):
+        with open(src / f"part-{f}.json", "w") as out:
+            for i in range(f * 1_000, (f + 1) * 1_000):
+                out.write(json.dumps({"id": i, "name": f"row-{i}"}) + "\n")
+    rx = Collecting(1, "ack")
+    try:
+        cfg = WriterConfig(rx.data, rx.feedback, mode="ack", stream="test", wait_receivers=1)
+        stream = (spark.readStream.schema("id LONG, name STRING").option("maxFilesPerTrigger", 1)
+                  .json(str(src)))
+        query = (stream.writeStream.foreachBatch(nakflow_batch_writer(cfg))
+                 .option("checkpointLocation", str(tmp_path / "ckpt"))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(120)
+        snap = rx.finish(ends=3)[0]  # one partition per one-file batch at least
+    finally:
+        rx.close()
+    assert sorted(rx.ids[0]) == list(range(3_000))
+    senders = {s["sender"] for s in snap["senders"]}
+    assert {s.rsplit("/", 2)[1] for s in senders} == {"b0", "b1", "b2"}
+
+
+@on_local
+def test_no_receivers_fails_the_job_with_a_clear_error(spark):
+    cfg = WriterConfig("tcp://127.0.0.1:9", "tcp://127.0.0.1:9", wait_receivers=1,
+                       wait_timeout_s=0.3)
+    with pytest.raises(Exception, match="0 of 1 receivers answered"):
+        spark.range(10, numPartitions=1).foreachPartition(nakflow_writer(cfg))
+
+
+def test_config_is_checked_on_the_driver_and_pickles():
+    with pytest.raises(ConfigError):
+        WriterConfig("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", mode="fast")
+    with pytest.raises(ConfigError):
+        WriterConfig("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", batch_rows=0)
+    with pytest.raises(ValueError, match="expected one of tcp:"):
+        WriterConfig("http://x", "tcp://127.0.0.1:2")
+    cfg = WriterConfig("tcp://127.0.0.1:1,tcp://127.0.0.1:3", "tcp://127.0.0.1:2")
+    assert cfg.data == ("tcp://127.0.0.1:1", "tcp://127.0.0.1:3")
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    pinned = cfg.pinned()
+    assert pinned.run_id and pinned.pinned() is pinned and cfg.pinned().run_id != pinned.run_id
+    assert pinned.for_batch(7).run_id == f"{pinned.run_id}/b7"
+
+
+def test_the_writer_refuses_to_run_on_the_driver():
+    write = nakflow_writer(WriterConfig("tcp://127.0.0.1:1", "tcp://127.0.0.1:2"))
+    with pytest.raises(RuntimeError, match="inside Spark tasks"):
+        write(iter([{"id": 1}]))
+
+
+def test_default_serializer_handles_spark_types():
+    pytest.importorskip("pyspark")
+    from pyspark.sql import Row
+
+    row = Row(id=1, day=dt.date(2026, 1, 2), at=dt.datetime(2026, 1, 2, 3, 4, 5),
+              amount=decimal.Decimal("1.50"), blob=bytearray(b"ab"), nested=Row(k=2))
+    assert msgpack.unpackb(row_to_msgpack(row)) == {
+        "id": 1, "day": "2026-01-02", "at": "2026-01-02T03:04:05", "amount": "1.50",
+        "blob": b"ab", "nested": {"k": 2}}
+    with pytest.raises(TypeError, match="serializer="):
+        row_to_msgpack({"x": object()})
+
+
+def test_send_partition_gates_the_source():
+    """Rows are pulled only as the limiter admits them: with a 2,000 rows/s cap, after
+    0.5 s at most a burst and one batch more than 1,000 rows have left the iterator."""
+    rx = Collecting(1, "nak")
+    pulled = []
+
+    def rows():
+        for i in range(100_000):
+            pulled.append(time.monotonic())
+            yield {"id": i}
+
+    cfg = WriterConfig(rx.data, rx.feedback, stream="test", wait_receivers=1,
+                       max_rate_msgs=2_000, batch_rows=50)
+    it = rows()
+    done = threading.Event()
+    out: dict = {}
+
+    def run() -> None:
+        out["m"] = send_partition(cfg.pinned(), itertools.islice(it, 3_000),
+                                  TaskIdentity("gate", 0, 0))
+        done.set()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        assert done.wait(60)
+        t0 = pulled[0]
+        early = sum(1 for p in pulled if p - t0 <= 0.5)
+        assert early <= 1_000 + 50 + 100  # rate*0.5 + one batch + burst and slack
+        assert out["m"]["rows"] == 3_000 and out["m"]["blocked_s"] > 0.5
+        assert len(pulled) == 3_000  # nothing pulled beyond what was sent
+        snap = rx.finish(1)[0]
+    finally:
+        rx.close()
+    assert snap["delivered"] == 3_000
+
+
+def test_eval_command_end_to_end(tmp_path):
+    """`nakflow eval` as a user runs it (its own Spark, receiver processes, --out)."""
+    pytest.importorskip("pyspark")
+    out = tmp_path / "eval"
+    cmd = [sys.executable, "-m", "nakflow", "eval", "--rows", "20000", "--partitions", "2",
+           "--slow-rate", "5000", "--capacity", "2000", "--stall-for", "0.5",
+           "--stall-at", "0.5", "--out", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    header = lines[0].split()
+    assert header[:4] == ["mode", "receiver", "rows_per_s", "goodput"]
+    rows = [dict(zip(header, line.split(), strict=True)) for line in lines[2:]]
+    table = {(r["mode"], r["receiver"]): r for r in rows}
+    assert set(table) == {(m, r) for m in ("nak", "ack", "none")
+                          for r in ("slow", "fast-1", "stalled")}
+    for name in ("slow", "fast-1", "stalled"):
+        assert table["ack", name]["missing"] == "0"  # credit never overfills a queue
+        assert table["ack", name]["complete"] == "2/2"
+    assert table["nak", "slow"]["missing"] == "0"
+    assert int(table["none", "slow"]["dropped"]) > 0
+    for mode in ("nak", "ack", "none"):
+        assert f"[eval] mode {mode}: 20,000 rows from 2 tasks" in run.stderr
+    assert " INFO " not in run.stderr  # Spark's log noise kept to warnings
+    saved = json.loads((out / "eval.json").read_text())
+    assert [r["mode"] for r in saved["runs"]] == ["nak", "ack", "none"]
+    assert saved["table"] == [{k: v for k, v in r.items()} for r in saved["table"]]
+    for png in ("eval-timelines.png", "eval-summary.png"):
+        assert (out / png).stat().st_size > 10_000
