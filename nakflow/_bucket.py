@@ -68,6 +68,11 @@ class TokenBucket:
             self._tokens -= k
         return max(k, 0)
 
+    def refund(self, n: int) -> None:
+        """Give back ``n`` tokens taken but not used (at most up to the burst)."""
+        tokens = self._tokens + n
+        self._tokens = tokens if tokens < self._capacity else self._capacity
+
     def set_rate(self, rate: float, *, now: float) -> None:
         """Change the rate at ``now``; tokens earned so far are kept (up to the new burst)."""
         if not rate > 0:

@@ -104,6 +104,9 @@ _TYPE_OF: dict[type, int] = {Data: T_DATA, Nak: T_NAK, Credit: T_CREDIT, Hello: 
                              Bye: T_BYE, End: T_END}
 
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+#: Packs a frame given as its field list ``[VERSION, T_..., *fields]`` (the hot path;
+#: ``encode`` and ``encode_data`` are the checked ways in).
+pack_frame = _packb
 
 
 def encode(frame: Frame) -> bytes:
@@ -214,3 +217,33 @@ def decode(buf: bytes | bytearray | memoryview,
         raise ProtocolError(f"{cls.__name__} takes {len(validators)} fields, got {len(fields)}")
     frame: Frame = cls(*[check(v) for check, v in zip(validators, fields, strict=True)])
     return frame
+
+
+DataFields = tuple[str, str, int, int, float, list[bytes]]
+
+
+def decode_data(buf: bytes | bytearray | memoryview,
+                max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> DataFields | Frame:
+    """Like ``decode``, but a DATA frame comes back as a plain tuple
+    ``(stream, sender, epoch, seq, ts, payloads)`` (the receive hot path: no frame
+    object, checks inline). Any other frame is returned as ``decode`` returns it;
+    malformed input raises ProtocolError exactly as there.
+    """
+    if len(buf) > max_frame_bytes:
+        raise ProtocolError(f"frame of {len(buf)} bytes exceeds the {max_frame_bytes} limit")
+    try:
+        obj = msgpack.unpackb(buf, raw=False, use_list=True, strict_map_key=True)
+    except Exception:
+        return decode(buf, max_frame_bytes)  # raises the usual ProtocolError
+    if (type(obj) is list and len(obj) == 8 and obj[1] == T_DATA and type(obj[1]) is int
+            and obj[0] == VERSION and type(obj[0]) is int):
+        _, _, stream, sender, epoch, seq, ts, payloads = obj
+        if (type(stream) is str and 0 < len(stream) <= MAX_NAME_CHARS
+                and type(sender) is str and 0 < len(sender) <= MAX_NAME_CHARS
+                and type(epoch) is int and 0 <= epoch <= MAX_SEQ
+                and type(seq) is int and 0 <= seq <= MAX_SEQ
+                and type(ts) is float and math.isfinite(ts)
+                and type(payloads) is list and 0 < len(payloads) <= MAX_BATCH
+                and all(type(p) is bytes for p in payloads)):
+            return stream, sender, epoch, seq, ts, payloads
+    return decode(buf, max_frame_bytes)  # anything else, or a DATA frame that is not valid

@@ -104,6 +104,13 @@ class CreditLedger:
             raise CreditViolation(f"{n} messages exceed the credit granted")
         self.next_seq += n
 
+    def unsend(self, n: int) -> None:
+        """Take back ``n`` messages counted by ``on_sent`` but never sent."""
+        if not 0 <= n <= self.next_seq:
+            raise ValueError("cannot take back more than was counted")
+        self.next_seq -= n
+        self._min_limit = None
+
     def next_deadline(self) -> float | None:
         """The earliest eviction (None: no receivers)."""
         return None if math.isinf(self._next_expiry) else self._next_expiry

@@ -40,6 +40,9 @@ class SenderFlow(ABC):
         """Take permission for as many of ``n`` messages as may go at ``now`` (counted as
         sent); for drivers that send what they may each tick (the simulator)."""
 
+    def refund(self, n: int) -> None:  # noqa: B027 (nothing to give back by default)
+        """``n`` messages admitted (by ``admit_up_to``) were not sent after all."""
+
     def on_feedback(self, frame: Frame, *, now: float) -> None:  # noqa: B027 (optional hook)
         """A feedback frame for this sender's stream arrived at ``now``."""
 
@@ -75,6 +78,10 @@ class NoFlow(SenderFlow):
 
     def admit_up_to(self, n: int, *, now: float) -> int:
         return n if self.bucket is None else self.bucket.take_up_to(n, now=now)
+
+    def refund(self, n: int) -> None:
+        if self.bucket is not None:
+            self.bucket.refund(n)
 
     def limits(self, *, now: float) -> tuple[float | None, int | None]:
         return (None if self.bucket is None else self.bucket.rate), None
@@ -113,6 +120,10 @@ class NakFlow(SenderFlow):
         k = bucket.take_up_to(n, now=now)
         self.controller.on_sent(k, now=now)
         return k
+
+    def refund(self, n: int) -> None:
+        self.bucket.refund(n)
+        self.controller.unsend(n)
 
     def on_feedback(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Nak and frame.stream == self.stream:
@@ -166,6 +177,10 @@ class AckFlow(SenderFlow):
         elif n:
             self.stalls += 1
         return k
+
+    def refund(self, n: int) -> None:
+        self.ledger.unsend(n)
+        self.cap.refund(n)
 
     def on_feedback(self, frame: Frame, *, now: float) -> None:
         if (type(frame) is Credit and frame.stream == self.stream

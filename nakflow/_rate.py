@@ -113,6 +113,10 @@ class NakRateController:
             self._meter_t0 = now
             self._meter_count = 0
 
+    def unsend(self, n: int) -> None:
+        """Take back ``n`` messages counted by ``on_sent`` but never sent."""
+        self._meter_count = max(0, self._meter_count - n)
+
     def on_nak(self, level: int, *, now: float, fill: float | None = None) -> bool:
         """Apply a NAK of ``level`` percent heard at ``now``. True if it cut the limit.
 

@@ -32,6 +32,7 @@ from ._codec import (
     Frame,
     Hello,
     decode,
+    decode_data,
     encode,
 )
 from ._config import AckConfig, NakConfig, check_mode
@@ -354,11 +355,19 @@ class Receiver:
             poller = without_data if blocked else with_data
             events = dict(poller.poll(max(0, math.ceil((deadline - now) * 1000))))
             if self._data in events:
-                bufs = drain(self._data, self._chunk)
-                for buf in bufs:
-                    self._on_data_socket(buf)
+                # read until a chunk of *messages* is pending (a batched frame holds many)
+                pend, chunk, frames = self._pending, self._chunk, 0
+                while len(pend) < chunk and frames < chunk:
+                    bufs = drain(self._data, 1)
+                    if not bufs:
+                        break
+                    frames += 1
+                    self._on_data_socket(bufs[0])
+                # behind = frames still waiting after a whole chunk was read
+                full = ((len(pend) >= chunk or frames >= chunk)
+                        and bool(int(self._data.get(zmq.EVENTS)) & zmq.POLLIN))
                 self._flush_chunk()
-                if len(bufs) < self._chunk:
+                if not full:
                     self._behind_since = None
                 elif self._behind_since is None:
                     self._behind_since = time.monotonic()
@@ -419,24 +428,26 @@ class Receiver:
 
     def _on_data_socket(self, buf: bytes) -> None:
         self.frames_in += 1
-        frame = self._decode_own(buf)
-        if frame is None:
+        try:
+            got = decode_data(buf, self.max_frame_bytes)
+        except ProtocolError:
+            self.malformed += 1
+            return
+        if type(got) is tuple:  # DATA, the hot path
+            stream, sender, epoch, seq, ts, payloads = got
+            if stream != self.stream:
+                self.foreign += 1
+                return
+            self._on_data(sender, epoch, seq, ts, payloads)
+            return
+        frame = got
+        assert not isinstance(frame, tuple)
+        if frame.stream != self.stream:
+            self.foreign += 1
             return
         now = time.monotonic()
-        if isinstance(frame, Data):
-            key = (frame.sender, frame.epoch)
-            count = len(frame.payloads)
-            if self._t_first_data is None:
-                self._t_first_data = time.time()
-            self.messages_in += count
-            self._senders_heard.add(key)
-            ranges = self._tracker.on_data(frame.sender, frame.epoch, frame.seq, count)
-            self._flow.on_sender(key, frame.seq + count, now=now)
-            pend = self._pending
-            for lo, hi in ranges:
-                for i in range(lo, hi):
-                    pend.append((key, Message(frame.sender, frame.epoch, frame.seq + i, frame.ts,
-                                              frame.payloads[i])))
+        if isinstance(frame, Data):  # DATA that the hot path left to the full decoder
+            self._on_data(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads)
         elif isinstance(frame, Hello) and frame.role == "sender":
             if frame.mode != self.mode:
                 self._warn_mode(f"sender {frame.node} runs mode {frame.mode!r}")
@@ -456,6 +467,25 @@ class Receiver:
             self._flow.on_sender_gone((frame.node, frame.epoch))
         else:
             self.foreign += 1  # feedback-type frames do not belong on the data channel
+
+    def _on_data(self, sender: str, epoch: int, seq: int, ts: float,
+                 payloads: Sequence[bytes]) -> None:
+        key = (sender, epoch)
+        count = len(payloads)
+        if self._t_first_data is None:
+            self._t_first_data = time.time()
+        self.messages_in += count
+        self._senders_heard.add(key)
+        ranges = self._tracker.on_data(sender, epoch, seq, count)
+        self._flow.on_sender(key, seq + count, now=time.monotonic())
+        pend = self._pending
+        if len(ranges) == 1 and ranges[0] == (0, count):  # all new: the usual case
+            pend.extend([(key, Message(sender, epoch, seq + i, ts, p))
+                         for i, p in enumerate(payloads)])
+            return
+        for lo, hi in ranges:
+            for i in range(lo, hi):
+                pend.append((key, Message(sender, epoch, seq + i, ts, payloads[i])))
 
     def _flush_chunk(self) -> None:
         """Move pending messages into the queue, applying the overflow policy."""
@@ -529,6 +559,7 @@ class Receiver:
             "capacity_msgs": self.capacity_msgs,
             "overflow": self.overflow,
             "elapsed_s": round(elapsed, 6),
+            "started_at": round(self._t0 + self._wall_offset, 6),  # wall time of timeline t=0
             "frames": self.frames_in,
             "received": totals["received"],
             "delivered": self.delivered,

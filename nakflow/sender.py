@@ -22,12 +22,15 @@ from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
+    T_DATA,
+    VERSION,
     Bye,
     End,
     Hello,
     decode,
     encode,
     encode_data,
+    pack_frame,
 )
 from ._config import AckConfig, NakConfig, check_mode
 from ._errors import ConfigError, ProtocolError
@@ -37,6 +40,9 @@ from ._timeline import Timeline
 log = logging.getLogger("nakflow.sender")
 
 FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
+#: ``send`` takes permission for up to this many messages at once and spends it without
+#: asking the policy again until the next feedback check; what is left then is given back.
+ALLOWANCE_MSGS = 256
 MAX_BATCH_MSGS = 1024  # payloads per DATA frame in send_batch
 MAX_BATCH_BYTES = 256 * 1024
 
@@ -99,14 +105,15 @@ class Sender:
         self._next_fb_check = self._t0
         self._next_hello = self._t0
         self.seq = 0
+        self._allow = 0  # messages admitted ahead by the policy, not yet sent
+        self._allow_until = 0.0  # ... usable until then
+        self._frames_saved = 0  # messages that shared a DATA frame with another
         self._closed = False
         self._ended = False
         self._receivers_heard: set[str] = set()
         self._echoed: set[str] = set()
         self._warned_mode = False
-        self.sent = 0
         self.bytes = 0
-        self.frames = 0
         self.blocked_s = 0.0
         self.credit_stalled_s = 0.0
         self.try_refused = 0
@@ -118,16 +125,24 @@ class Sender:
                                  interval_s=timeline_interval_s)
         self._tl_next = self._t0
 
+    @property
+    def sent(self) -> int:
+        """Messages sent."""
+        return self.seq
+
+    @property
+    def frames(self) -> int:
+        """DATA frames sent."""
+        return self.seq - self._frames_saved
+
     # -- sending ---------------------------------------------------------------
     def try_send(self, payload: bytes) -> bool:
         """Send one message if the policy allows it now; never blocks."""
         now = time.monotonic()
-        if now >= self._next_fb_check:
-            self._read_feedback(now, 0.0)
-        granted, _ = self._flow.admit(1, now=now)
-        if not granted:
+        if not (self._allow and now < self._allow_until) and not self._take_allowance(now):
             self.try_refused += 1
             return False
+        self._allow -= 1
         self._emit(now, (payload,))
         return True
 
@@ -137,12 +152,44 @@ class Sender:
         Raises TimeoutError if ``timeout`` seconds pass without permission.
         """
         now = time.monotonic()
+        if self._allow and now < self._allow_until:  # the hot path: permission in hand
+            seq = self.seq
+            buf = pack_frame([VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq,
+                              now + self._wall_offset, [payload]])
+            size = len(buf)
+            if size > self.max_frame_bytes:
+                raise ValueError(f"message of {size} bytes exceeds max_frame_bytes")
+            self._pub.send(buf)
+            self._allow -= 1
+            self.seq = seq + 1
+            self.bytes += size
+            return
+        if not self._take_allowance(now):
+            granted, wait = self._flow.admit(1, now=now)
+            if not granted:
+                now = self._wait_admit(1, wait, now, timeout)
+            self._allow = 1
+            self._allow_until = now
+        self._allow -= 1
+        self._emit(now, (payload,))
+
+    def _take_allowance(self, now: float) -> bool:
+        """Give back what is left of the last allowance, look at feedback if due, and
+        take permission for up to ALLOWANCE_MSGS messages; False if none was granted."""
+        self._give_back()
         if now >= self._next_fb_check:
             self._read_feedback(now, 0.0)
-        granted, wait = self._flow.admit(1, now=now)
-        if not granted:
-            now = self._wait_admit(1, wait, now, timeout)
-        self._emit(now, (payload,))
+        if now >= self._tl_next:
+            self._sample(now)
+        k = self._flow.admit_up_to(ALLOWANCE_MSGS, now=now)
+        self._allow = k
+        self._allow_until = self._next_fb_check
+        return k > 0
+
+    def _give_back(self) -> None:
+        if self._allow:
+            self._flow.refund(self._allow)
+            self._allow = 0
 
     def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
         """Send many messages in few DATA frames, paced by the policy as a whole.
@@ -150,6 +197,7 @@ class Sender:
         Raises TimeoutError if ``timeout`` seconds pass without any permission;
         the messages sent before that stay sent (``self.seq`` says how many).
         """
+        self._give_back()
         i, n = 0, len(payloads)
         while i < n:
             j, size = i, 0
@@ -202,8 +250,7 @@ class Sender:
         self._pub.send(buf)
         k = len(payloads)
         self.seq += k
-        self.sent += k
-        self.frames += 1
+        self._frames_saved += k - 1
         self.bytes += len(buf)
         if now >= self._tl_next:
             self._sample(now)
@@ -283,6 +330,7 @@ class Sender:
     # -- ending ----------------------------------------------------------------
     def flush(self) -> None:
         """Mark the stream complete: send END with the final sequence number."""
+        self._give_back()
         now = time.monotonic()
         self._read_feedback(now, 0.0)
         self._pub.send(encode(End(self.stream, self.sender_id, self.epoch, self.seq,

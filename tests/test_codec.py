@@ -19,6 +19,7 @@ from nakflow import (
     encode,
     encode_data,
 )
+from nakflow._codec import decode_data
 
 names = st.text(min_size=1, max_size=20)
 u63 = st.integers(0, 2**63 - 1)
@@ -108,3 +109,35 @@ def test_oversized_frame_rejected_before_parsing():
     # a container header claiming 4 G elements costs nothing
     with pytest.raises(ProtocolError):
         decode(b"\xdd\xff\xff\xff\xff" + b"\x00" * 10)
+
+
+def _both(buf):
+    """(decode's outcome, decode_data's outcome), errors as the string 'error'."""
+    out = []
+    for fn in (decode, decode_data):
+        try:
+            out.append(fn(buf))
+        except ProtocolError:
+            out.append("error")
+    return out
+
+
+@given(frames)
+def test_decode_data_hot_path_agrees_with_decode_on_frames(frame):
+    full, fast = _both(encode(frame))
+    if isinstance(full, Data) and type(full.ts) is float:
+        assert fast == (full.stream, full.sender, full.epoch, full.seq, full.ts,
+                        list(full.payloads))
+    else:
+        assert fast == full
+
+
+@given(st.recursive(scalars, lambda c: st.lists(c, max_size=8), max_leaves=30))
+def test_decode_data_hot_path_agrees_with_decode_on_anything(obj):
+    buf = msgpack.packb([1, 1, *obj]) if isinstance(obj, list) else msgpack.packb(obj)
+    full, fast = _both(buf)
+    if isinstance(full, Data):
+        assert fast == (full.stream, full.sender, full.epoch, full.seq, full.ts,
+                        list(full.payloads)) or fast == full
+    else:
+        assert fast == full

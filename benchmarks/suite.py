@@ -1,0 +1,400 @@
+"""nakflow against its peers, in one run, on loopback: a table and JSON.
+
+    .venv/bin/python benchmarks/suite.py [--smoke] [--json PATH] [--only W1,W2,...]
+
+Peers (benchmarks/peers.py): raw pyzmq PUB/SUB with msgpack and no flow control;
+ZeroMQ's own TCP backpressure (XPUB_NODROP, blocking send); fixed-rate multicast
+(epgm with ZMQ_RATE, in a private network namespace, where OpenPGM is available).
+nakflow runs as its real CLI processes (``nakflow send`` / ``nakflow receive``).
+Every figure is measured in this run; ratios are against the raw loop of this run.
+
+Workloads:
+  W1 unloaded throughput, 100-byte payloads, one receiver that keeps up
+  W2 slow receiver: four receivers, one consuming 20,000 msg/s
+  W3 stalled receiver: one of four SIGSTOPped for 3 s
+  W4 latency at half the slow receiver's capacity
+  W5 feedback cost at the sender with 1, 4 and 16 receivers, nak against ack
+
+--smoke runs everything with small counts (CI: it must not rot; no thresholds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+
+from nakflow._local import (  # noqa: E402
+    LocalReceivers,
+    ReceiverSpec,
+    format_table,
+    nakflow_cmd,
+    run_sender,
+)
+
+PEERS = [sys.executable, os.path.join(HERE, "peers.py")]
+SLOW_RATE = 20_000.0
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# -- raw peers -----------------------------------------------------------------------
+class RawReceivers:
+    """``peers.py recv`` processes, each bound to tcp://127.0.0.1:*."""
+
+    def __init__(self, n: int, *, consume_rates: Sequence[float | None] = (),
+                 count: int | None = None, timeout_s: float = 120.0,
+                 connect: str | None = None) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="nakflow-bench-")
+        self.procs: list[subprocess.Popen[str]] = []
+        self._ready: list[str] = []
+        for i in range(n):
+            ready = os.path.join(self._tmp.name, f"r{i}.json")
+            args = [*PEERS, "recv", "--ready-file", ready, "--timeout", str(timeout_s)]
+            rate = consume_rates[i] if i < len(consume_rates) else None
+            if rate:
+                args += ["--consume-rate", str(rate)]
+            if count:
+                args += ["--count", str(count)]
+            if connect:
+                args += ["--connect", connect]
+            self.procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
+            self._ready.append(ready)
+        self.endpoints: list[str] = []
+        end = time.monotonic() + 30
+        for path in self._ready:
+            while not os.path.exists(path):
+                if time.monotonic() > end:
+                    raise TimeoutError("raw receivers did not start")
+                time.sleep(0.02)
+            with open(path) as f:
+                self.endpoints.append(json.load(f)["data"])
+
+    def results(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+        out = []
+        for p in self.procs:
+            stdout, _ = p.communicate(timeout=timeout_s)
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+        return out
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> RawReceivers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def raw_send(endpoints: Sequence[str], *, count: int | None = None,
+             duration: float | None = None, nodrop: bool = False,
+             rate: float | None = None, size: int = 100) -> subprocess.Popen[str]:
+    args = [*PEERS, "send", "--connect", ",".join(endpoints), "--subscribers",
+            str(len(endpoints)), "--size", str(size)]
+    if count:
+        args += ["--count", str(count)]
+    if duration:
+        args += ["--duration", str(duration)]
+    if nodrop:
+        args.append("--nodrop")
+    if rate:
+        args += ["--rate", str(rate)]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout_s: float = 300.0) -> dict[str, Any]:
+    stdout, _ = proc.communicate(timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{proc.args} failed with {proc.returncode}")
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return result
+
+
+def run_raw(n_receivers: int, count: int, *, nodrop: bool = False,
+            consume_rates: Sequence[float | None] = (), rate: float | None = None,
+            ) -> dict[str, Any]:
+    with RawReceivers(n_receivers, consume_rates=consume_rates, count=count) as rx:
+        sender = finish(raw_send(rx.endpoints, count=count, nodrop=nodrop, rate=rate))
+        receivers = rx.results()
+    return {"sender": sender, "receivers": receivers}
+
+
+def run_nakflow(mode: str, specs: Sequence[ReceiverSpec], count: int, *,
+                batch: int = 1, max_rate: float | None = None) -> dict[str, Any]:
+    extra = ["--batch", str(batch)]
+    if max_rate:
+        extra += ["--max-rate", str(max_rate)]
+    with LocalReceivers(specs, mode=mode, duration_s=120.0) as rx:
+        rx.wait_ready()
+        sender = run_sender(rx.data, rx.feedback, mode=mode, count=count,
+                            wait_receivers=len(specs), extra=extra, timeout_s=300)
+        receivers = rx.results(timeout_s=180)
+    return {"sender": sender, "receivers": receivers}
+
+
+# -- workloads -----------------------------------------------------------------------
+def w1_unloaded(count: int) -> list[dict[str, Any]]:
+    log(f"W1 unloaded throughput: {count:,} x 100 B to one receiver")
+    raw = run_raw(1, count)
+    raw_send_rate = raw["sender"]["rate_msgs"]
+    raw_deliver = raw["receivers"][0]["goodput_msgs"]
+    rows = [{"workload": "W1", "peer": "raw pyzmq", "send_rate": round(raw_send_rate),
+             "x_raw_send": 1.0, "delivered_rate": round(raw_deliver), "x_raw_delivered": 1.0,
+             "missing": count - raw["receivers"][0]["received"]}]
+    spec = [ReceiverSpec("rx", capacity_msgs=10_000)]
+    for mode, batch in (("none", 1), ("nak", 1), ("ack", 1), ("nak", 256), ("ack", 256)):
+        run = run_nakflow(mode, spec, count, batch=batch)
+        s, r = run["sender"], run["receivers"][0]
+        rows.append({"workload": "W1",
+                     "peer": f"nakflow {mode}" + (f" batch {batch}" if batch > 1 else ""),
+                     "send_rate": round(s["rate_msgs"]),
+                     "x_raw_send": round(s["rate_msgs"] / raw_send_rate, 2),
+                     "delivered_rate": round(r["goodput_msgs"]),
+                     "x_raw_delivered": round(r["goodput_msgs"] / raw_deliver, 2),
+                     "missing": count - r["delivered"]})
+    return rows
+
+
+def four_with_slow() -> list[ReceiverSpec]:
+    return [ReceiverSpec("slow", consume_rate_msgs=SLOW_RATE, capacity_msgs=5_000),
+            *(ReceiverSpec(f"fast-{i}", capacity_msgs=5_000) for i in (1, 2, 3))]
+
+
+def w2_slow(count: int) -> list[dict[str, Any]]:
+    log(f"W2 slow receiver: {count:,} msgs to four receivers, one consuming {SLOW_RATE:,.0f}/s")
+    rows = []
+    for peer, nodrop in (("raw pyzmq", False), ("zmq NODROP", True)):
+        run = run_raw(4, count, nodrop=nodrop, consume_rates=[SLOW_RATE])
+        slow = run["receivers"][0]
+        rows.append({"workload": "W2", "peer": peer,
+                     "send_rate": round(run["sender"]["rate_msgs"]),
+                     "slow_goodput": round(slow["goodput_msgs"]),
+                     "x_consume": round(slow["goodput_msgs"] / SLOW_RATE, 2),
+                     "missing_slow": count - slow["received"],
+                     "missing_others": sum(count - r["received"] for r in run["receivers"][1:]),
+                     "queue_peak_slow": "-", "fb_per_s": "-"})
+    for mode in ("nak", "ack", "none"):
+        run = run_nakflow(mode, four_with_slow(), count)
+        s = run["sender"]
+        slow, others = run["receivers"][0], run["receivers"][1:]
+        rows.append({"workload": "W2", "peer": f"nakflow {mode}",
+                     "send_rate": round(s["rate_msgs"]),
+                     "slow_goodput": round(slow["goodput_msgs"]),
+                     "x_consume": round(slow["goodput_msgs"] / SLOW_RATE, 2),
+                     "missing_slow": count - slow["delivered"],
+                     "missing_others": sum(count - r["delivered"] for r in others),
+                     "queue_peak_slow": slow["queue_peak"],
+                     "fb_per_s": round(s["feedback_frames"] / s["elapsed_s"], 1)})
+    return rows
+
+
+EPGM_DATA = "epgm://127.0.0.1;239.192.7.1:5701"
+EPGM_FEEDBACK = "epgm://127.0.0.1;239.192.7.2:5702"
+
+
+def w2_multicast_inner(count: int) -> list[dict[str, Any]]:
+    """Inside a private network namespace: W2 over real IP multicast (epgm).
+
+    The fixed-rate peer is hand-tuned to the slow receiver: ZMQ_RATE set to its
+    20,000 msgs/s in bits, and the application paced to 20,000 msgs/s as well.
+    """
+    rows = []
+    frame = 120  # bytes of one raw frame on the wire, about (100-byte payload, msgpack)
+    kbps = int(SLOW_RATE * frame * 8 / 1000)
+    with RawReceivers(4, consume_rates=[SLOW_RATE], count=count, connect=EPGM_DATA) as rx:
+        proc = subprocess.Popen([*PEERS, "send", "--connect", EPGM_DATA, "--bind",
+                                 "--multicast-rate-kbps", str(kbps), "--count", str(count),
+                                 "--rate", str(SLOW_RATE),  # the application paced too
+                                 "--size", "100"], stdout=subprocess.PIPE, text=True)
+        sender = finish(proc)
+        receivers = rx.results()
+    slow = receivers[0]
+    rows.append({"workload": "W2", "peer": "epgm fixed rate",
+                 "send_rate": round(sender["rate_msgs"]),
+                 "slow_goodput": round(slow["goodput_msgs"]),
+                 "x_consume": round(slow["goodput_msgs"] / SLOW_RATE, 2),
+                 "missing_slow": count - slow["received"],
+                 "missing_others": sum(count - r["received"] for r in receivers[1:]),
+                 "queue_peak_slow": "-", "fb_per_s": "-"})
+    with LocalReceivers(four_with_slow(), mode="nak", duration_s=120.0, data_uri=EPGM_DATA,
+                        feedback_uri=EPGM_FEEDBACK) as lrx:
+        lrx.wait_ready()
+        s = run_sender([EPGM_DATA], [EPGM_FEEDBACK], mode="nak", count=count,
+                       wait_receivers=4, timeout_s=300)
+        receivers = lrx.results(timeout_s=180)
+    slow = receivers[0]
+    rows.append({"workload": "W2", "peer": "nakflow nak over epgm",
+                 "send_rate": round(s["rate_msgs"]),
+                 "slow_goodput": round(slow["goodput_msgs"]),
+                 "x_consume": round(slow["goodput_msgs"] / SLOW_RATE, 2),
+                 "missing_slow": count - slow["delivered"],
+                 "missing_others": sum(count - r["delivered"] for r in receivers[1:]),
+                 "queue_peak_slow": slow["queue_peak"],
+                 "fb_per_s": round(s["feedback_frames"] / s["elapsed_s"], 1)})
+    return rows
+
+
+def w2_multicast(count: int) -> list[dict[str, Any]]:
+    from tests.netns import multicast_unavailable, run_in_netns
+
+    why = multicast_unavailable()
+    if why is not None:
+        log(f"W2 over multicast skipped: {why}")
+        return []
+    log("W2 over IP multicast (epgm) in a private network namespace")
+    run = run_in_netns([sys.executable, __file__, "--multicast-inner", str(count)],
+                       timeout_s=600)
+    if run.returncode != 0:
+        raise RuntimeError(f"multicast run failed: {run.stderr[-2000:]}")
+    rows: list[dict[str, Any]] = json.loads(run.stdout.strip().splitlines()[-1])
+    return rows
+
+
+def w4_latency(count: int) -> list[dict[str, Any]]:
+    rate = SLOW_RATE / 2
+    log(f"W4 latency at {rate:,.0f} msgs/s (half the slow receiver's capacity)")
+    rows = []
+
+    def row(peer: str, receivers: list[dict[str, Any]]) -> dict[str, Any]:
+        lat = [r["latency_ms"] for r in receivers]
+        return {"workload": "W4", "peer": peer,
+                "p50_ms": round(max(x["p50"] for x in lat), 3),
+                "p99_ms": round(max(x["p99"] for x in lat), 3),
+                "max_ms": round(max(x["max"] for x in lat), 3)}
+
+    for peer, nodrop in (("raw pyzmq", False), ("zmq NODROP", True)):
+        run = run_raw(4, count, nodrop=nodrop, consume_rates=[SLOW_RATE], rate=rate)
+        rows.append(row(peer, run["receivers"]))
+    for mode in ("nak", "ack", "none"):
+        run = run_nakflow(mode, four_with_slow(), count, max_rate=rate)
+        rows.append(row(f"nakflow {mode}", run["receivers"]))
+    return rows
+
+
+def w5_feedback(count: int, sizes: Sequence[int] = (1, 4, 16)) -> list[dict[str, Any]]:
+    rate = SLOW_RATE
+    log(f"W5 feedback cost at the sender, {rate:,.0f} msgs/s to {', '.join(map(str, sizes))} "
+        "receivers")
+    rows = []
+    for n in sizes:
+        for mode in ("nak", "ack"):
+            specs = [ReceiverSpec(f"r{i}", capacity_msgs=5_000) for i in range(n)]
+            s = run_nakflow(mode, specs, count, max_rate=rate)["sender"]
+            rows.append({"workload": "W5", "peer": f"nakflow {mode}", "receivers": n,
+                         "fb_frames_per_s": round(s["feedback_frames"] / s["elapsed_s"], 1),
+                         "fb_bytes_per_s": round(s["feedback_bytes"] / s["elapsed_s"])})
+    return rows
+
+
+def _rate_between(times: Sequence[float], counts: Sequence[float], a: float, b: float) -> float:
+    """Rate of a cumulative count between wall times a and b (linear interpolation)."""
+    if len(times) < 2 or b <= a:
+        return 0.0
+    ca, cb = np.interp([a, b], times, counts)
+    return float((cb - ca) / (b - a))
+
+
+def w3_stall(count: int) -> list[dict[str, Any]]:
+    """One of four receivers SIGSTOPped for STALL_S while a sender sends at 20k msgs/s."""
+    stall_s = 3.0 if count >= 50_000 else 1.0  # --smoke: 1 s
+    at_s = 1.5
+    duration = at_s + stall_s + 2.0
+    log(f"W3 stalled receiver: one of four SIGSTOPped for {stall_s:.0f} s, "
+        f"{SLOW_RATE:,.0f} msgs/s for {duration:.1f} s")
+    rows = []
+
+    def measure(peer: str, procs: Sequence[subprocess.Popen[str]], sender: subprocess.Popen[str],
+                collect: Any, series: Any) -> None:
+        time.sleep(at_s)
+        procs[3].send_signal(signal.SIGSTOP)
+        t_stop = time.time()
+        time.sleep(stall_s)
+        procs[3].send_signal(signal.SIGCONT)
+        t_cont = time.time()
+        finish(sender)
+        receivers = collect()
+        pre = during = 0.0
+        for r in receivers[:3]:
+            times, counts = series(r)
+            pre += _rate_between(times, counts, t_stop - 0.8, t_stop - 0.1)
+            during += _rate_between(times, counts, t_stop + 0.5, t_cont - 0.1)
+        stalled = receivers[3]
+        rows.append({"workload": "W3", "peer": peer, "others_pre_stall": round(pre / 3),
+                     "others_during_stall": round(during / 3),
+                     "x_pre_stall": round(during / pre, 2) if pre else 0.0,
+                     "stalled_missing_after": stalled.get("lost", 0) + stalled.get("dropped", 0)})
+
+    for peer, nodrop in (("raw pyzmq", False), ("zmq NODROP", True)):
+        with RawReceivers(4, timeout_s=duration + 60) as rx:
+            sender = raw_send(rx.endpoints, duration=duration, nodrop=nodrop, rate=SLOW_RATE)
+            measure(peer, rx.procs, sender, rx.results,
+                    lambda r: ([t for t, _ in r["timeline"]], [c for _, c in r["timeline"]]))
+    for mode in ("nak", "ack", "none"):
+        specs = [ReceiverSpec(f"r{i}", capacity_msgs=5_000) for i in range(4)]
+        with LocalReceivers(specs, mode=mode, duration_s=duration + 60) as lrx:
+            lrx.wait_ready()
+            args = ["send", "--data", ",".join(lrx.data), "--feedback", ",".join(lrx.feedback),
+                    "--mode", mode, "--duration", str(duration), "--max-rate", str(SLOW_RATE),
+                    "--wait-receivers", "4", "--json"]
+            sender = subprocess.Popen(nakflow_cmd(*args), stdout=subprocess.PIPE, text=True)
+            measure(f"nakflow {mode}", lrx.procs, sender, lambda rx=lrx: rx.results(120),
+                    lambda r: ([r["started_at"] + t for t in r["timeline"]["t"]],
+                               r["timeline"]["delivered"]))
+    return rows
+
+
+WORKLOADS = {"W1": w1_unloaded, "W2": w2_slow, "W3": w3_stall, "W4": w4_latency,
+             "W5": w5_feedback}
+COUNTS = {"W1": 300_000, "W2": 100_000, "W3": 100_000, "W4": 30_000, "W5": 40_000}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    ap.add_argument("--smoke", action="store_true", help="small counts, for CI")
+    ap.add_argument("--json", default=None, metavar="PATH", help="also write the results")
+    ap.add_argument("--only", default=",".join(WORKLOADS), help="workloads to run")
+    ap.add_argument("--multicast-inner", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.multicast_inner:  # we are inside the private network namespace
+        print(json.dumps(w2_multicast_inner(args.multicast_inner)))
+        return 0
+    scale = 0.1 if args.smoke else 1.0
+    t0 = time.monotonic()
+    results: dict[str, list[dict[str, Any]]] = {}
+    for name in args.only.split(","):
+        name = name.strip()
+        results[name] = WORKLOADS[name](max(2_000, int(COUNTS[name] * scale)))
+        if name == "W2":
+            results[name] += w2_multicast(max(2_000, int(COUNTS[name] * scale)))
+        print(format_table(results[name]), flush=True)
+        print(flush=True)
+    log(f"done in {time.monotonic() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": {"cpus": os.cpu_count()}, "smoke": args.smoke,
+                       "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""The benchmark suite's smoke run: every workload and peer runs and reports (no thresholds:
+speed is measured by the suite, not asserted by tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.netns import multicast_unavailable
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def test_benchmark_suite_smoke(tmp_path):
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "suite.py"), "--smoke",
+                          "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"W1", "W2", "W3", "W4", "W5"}
+    peers = {w: [r["peer"] for r in rows] for w, rows in results.items()}
+    nakflow = ["nakflow nak", "nakflow ack", "nakflow none"]
+    assert peers["W1"][0] == "raw pyzmq" and "nakflow nak batch 256" in peers["W1"]
+    assert {"raw pyzmq", "zmq NODROP", *nakflow} <= set(peers["W2"])
+    if multicast_unavailable() is None:
+        assert {"epgm fixed rate", "nakflow nak over epgm"} <= set(peers["W2"])
+    assert peers["W3"] == ["raw pyzmq", "zmq NODROP", *nakflow]
+    assert peers["W4"] == ["raw pyzmq", "zmq NODROP", *nakflow]
+    assert [(r["peer"], r["receivers"]) for r in results["W5"]] == [
+        (f"nakflow {m}", n) for n in (1, 4, 16) for m in ("nak", "ack")]
+    w2 = {r["peer"]: r for r in results["W2"]}
+    for peer in ("zmq NODROP", "nakflow ack"):  # lossless by construction
+        assert w2[peer]["missing_slow"] == 0 and w2[peer]["missing_others"] == 0
+    for rows in results.values():  # every figure is a real measurement, not a blank
+        for r in rows:
+            assert all(v is not None for v in r.values()), r
+    assert "W1" in run.stdout and "workload" in run.stdout
