@@ -1,6 +1,6 @@
 """The ``nakflow`` command line.
 
-Built-in subcommands: ``send``, ``receive``, ``demo``. Other packages add theirs
+Built-in subcommands: ``send``, ``receive``, ``keygen``, ``demo``. Other packages add theirs
 through the ``nakflow.commands`` entry-point group (a function that takes the
 subparsers object and registers a parser whose ``func`` runs it), so nakflow
 never imports the simulations or the Spark adapter.
@@ -65,6 +65,31 @@ def emit(result: dict[str, Any], as_json: bool) -> None:
         print(f"{key:>24}: {value}")
 
 
+def _socket_options(args: argparse.Namespace) -> Any:
+    """SocketOptions with CURVE if the --curve-* options ask for it, else None."""
+    from transports import Curve, SocketOptions
+
+    if not (args.curve_secret or args.curve_server_key):
+        return None
+    if not (args.curve_secret and args.curve_server_key):
+        raise ValueError("CURVE needs both --curve-secret and --curve-server-key")
+    return SocketOptions(curve=Curve(args.curve_secret, args.curve_server_key,
+                                     getattr(args, "curve_authorized", None)))
+
+
+# -- keygen --------------------------------------------------------------------------
+def cmd_keygen(args: argparse.Namespace) -> int:
+    import os
+
+    import zmq.auth
+
+    os.makedirs(args.dir, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(args.dir, args.name)
+    os.chmod(secret, 0o600)
+    print(f"public key: {public}\nsecret key: {secret} (keep it private)")
+    return 0
+
+
 # -- receive -----------------------------------------------------------------------
 def cmd_receive(args: argparse.Namespace) -> int:
     from .receiver import Receiver
@@ -72,7 +97,8 @@ def cmd_receive(args: argparse.Namespace) -> int:
     stop = _Stop()
     rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
                   receiver_id=args.id, capacity_msgs=args.capacity, overflow=args.overflow,
-                  drop_duplicates=args.drop_duplicates, overhear=args.overhear or ())
+                  drop_duplicates=args.drop_duplicates, overhear=args.overhear or (),
+                  options=_socket_options(args))
     if args.ready_file:
         with open(args.ready_file + ".tmp", "w") as f:
             json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
@@ -123,7 +149,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     stop = _Stop()
     payload = b"x" * args.size
     with Sender(args.data, args.feedback, mode=args.mode, stream=args.stream,
-                sender_id=args.id, max_rate_msgs=args.max_rate) as tx:
+                sender_id=args.id, max_rate_msgs=args.max_rate,
+                options=_socket_options(args)) as tx:
         if args.wait_receivers:
             tx.wait_for_receivers(args.wait_receivers, timeout=args.wait_timeout)
         t0 = time.monotonic()
@@ -170,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--stream", default="default")
         p.add_argument("--id", default=None, help="node id (default: random)")
         p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+        p.add_argument("--curve-secret", default=None, metavar="FILE",
+                       help="CURVE: this node's .key_secret file (see 'nakflow keygen')")
+        p.add_argument("--curve-server-key", default=None, metavar="FILE",
+                       help="CURVE: the receivers' public .key file")
 
     r = sub.add_parser("receive", help="receive a stream and report its metrics")
     common(r)
@@ -185,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=_positive(float), default=None, metavar="S")
     r.add_argument("--drop-duplicates", action="store_true")
     r.add_argument("--overhear", default=None, help="other receivers' feedback URIs")
+    r.add_argument("--curve-authorized", default=None, metavar="DIR",
+                   help="CURVE: directory of public keys allowed to connect")
     r.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_receive)
 
@@ -198,6 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wait-receivers", type=_positive(int), default=None, metavar="N")
     s.add_argument("--wait-timeout", type=_positive(float), default=10.0, metavar="S")
     s.set_defaults(func=cmd_send)
+
+    k = sub.add_parser("keygen", help="make a CURVE key pair (NAME.key, NAME.key_secret)")
+    k.add_argument("dir", help="directory to write the key files to")
+    k.add_argument("name", help="key name, e.g. the node's id")
+    k.set_defaults(func=cmd_keygen)
 
     d = sub.add_parser("demo", help="three local receivers (one slow), one sender per mode")
     d.add_argument("--modes", default=",".join(MODES))

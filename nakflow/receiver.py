@@ -123,7 +123,21 @@ class Receiver:
         ack_cfg = ack or AckConfig()
         self._wake_every = max(1, int(capacity_msgs * ack_cfg.regrant_fraction / 4))
 
-        ctx = context or zmq.Context.instance()
+        curve = options.curve if options is not None else None
+        self._auth: Any = None
+        if curve is not None:
+            if not curve.authorized_dir or not os.path.isdir(curve.authorized_dir):
+                raise ConfigError("a CURVE receiver needs authorized_dir: a directory of the "
+                                  "public keys allowed to connect")
+            from zmq.auth.thread import ThreadAuthenticator
+
+            # the ZAP handler belongs to a context: give this receiver its own
+            ctx = context or zmq.Context()
+            self._auth = ThreadAuthenticator(ctx)
+            self._auth.start()
+            self._auth.configure_curve(domain="*", location=curve.authorized_dir)
+        else:
+            ctx = context or zmq.Context.instance()
         sockets: list[zmq.Socket[bytes]] = []
         try:
             self._data, self.data_endpoints = open_sub(ctx, parse_endpoints(data), bind=True,
@@ -143,6 +157,7 @@ class Receiver:
         except BaseException:
             for s in sockets:
                 s.close(0)
+            self._stop_auth()
             raise
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -339,9 +354,15 @@ class Receiver:
                     s.close(200)
             os.close(self._wake_r)
             os.close(self._wake_w)
+            self._stop_auth()
             with self._cond:
                 self._io_done = True
                 self._cond.notify_all()
+
+    def _stop_auth(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
 
     def _io_loop(self) -> None:
         with_data = zmq.Poller()

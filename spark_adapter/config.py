@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nakflow import AckConfig, ConfigError, NakConfig, check_mode
-from transports import parse_endpoints
+from transports import SocketOptions, parse_endpoints
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class WriterConfig:
         send_timeout_s: a task that gets no permission to send for this long fails
             (e.g. ``ack`` with every receiver gone); ``None``: wait for ever.
         linger_s: how long closing a sender may keep unsent frames, s.
+        options: socket options, e.g. ``SocketOptions(curve=Curve(...))`` (the key
+            files must exist at those paths on every executor).
     """
 
     data: Sequence[str] | str  # stored as a tuple of URIs
@@ -51,6 +53,7 @@ class WriterConfig:
     wait_timeout_s: float = 30.0
     send_timeout_s: float | None = 300.0
     linger_s: float = 5.0
+    options: SocketOptions | None = None
 
     def __post_init__(self) -> None:
         check_mode(self.mode)

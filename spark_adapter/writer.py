@@ -115,7 +115,7 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     t0 = time.monotonic()
     sender = Sender(config.data, config.feedback, mode=config.mode, stream=config.stream,
                     sender_id=identity.sender_id, epoch=identity.attempt, nak=config.nak,
-                    ack=ack, max_rate_msgs=config.max_rate_msgs)
+                    ack=ack, max_rate_msgs=config.max_rate_msgs, options=config.options)
     ok = False
     waited = 0.0
     try:

@@ -30,6 +30,7 @@ from spark_adapter import (
     send_with_metrics,
 )
 from spark_adapter.evaluation import EvalConfig, run_eval
+from transports import Curve, SocketOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 on_local = pytest.mark.parametrize("spark", ["local"], indirect=True)
@@ -221,6 +222,9 @@ def test_config_is_checked_on_the_driver_and_pickles():
     cfg = WriterConfig("tcp://127.0.0.1:1,tcp://127.0.0.1:3", "tcp://127.0.0.1:2")
     assert cfg.data == ("tcp://127.0.0.1:1", "tcp://127.0.0.1:3")
     assert pickle.loads(pickle.dumps(cfg)) == cfg
+    secured = WriterConfig("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", options=SocketOptions(
+        curve=Curve("/keys/s.key_secret", "/keys/receivers.key")))
+    assert pickle.loads(pickle.dumps(secured)) == secured
     pinned = cfg.pinned()
     assert pinned.run_id and pinned.pinned() is pinned and cfg.pinned().run_id != pinned.run_id
     assert pinned.for_batch(7).run_id == f"{pinned.run_id}/b7"

@@ -3,6 +3,7 @@
 from .channels import (
     MULTICAST,
     SCHEMES,
+    Curve,
     EndpointError,
     SocketOptions,
     drain,
@@ -16,6 +17,7 @@ from .channels import (
 __all__ = [
     "MULTICAST",
     "SCHEMES",
+    "Curve",
     "EndpointError",
     "SocketOptions",
     "drain",

@@ -25,6 +25,40 @@ class EndpointError(ValueError):
 
 
 @dataclass(frozen=True)
+class Curve:
+    """CURVE authentication and encryption (ZeroMQ's own) for one node's sockets.
+
+    Receivers bind and are CURVE servers; senders (and receivers overhearing each
+    other) connect as clients. All receivers of a stream share one server key pair:
+    a client connects only if the server proves it holds that key pair's secret, so
+    a sender hears feedback only from real receivers. A server admits only clients
+    whose public key is in ``authorized_dir`` (checked by a ZAP handler the
+    receiver runs). Key files are those ``nakflow keygen`` writes (zmq.auth format).
+    Multicast (epgm/pgm) cannot use CURVE.
+    """
+
+    #: This node's key pair: a ``.key_secret`` file.
+    secret_key_file: str
+    #: The receivers' public key: a ``.key`` file (what clients check servers against).
+    server_key_file: str
+    #: Directory of public keys allowed to connect (servers only; receivers).
+    authorized_dir: str | None = None
+
+    def keys(self) -> tuple[bytes, bytes, bytes]:
+        """(public, secret, server public); raises EndpointError if a file is unusable."""
+        import zmq.auth
+
+        try:
+            public, secret = zmq.auth.load_certificate(self.secret_key_file)
+            server, _ = zmq.auth.load_certificate(self.server_key_file)
+        except (OSError, ValueError) as exc:
+            raise EndpointError(f"CURVE key files: {exc}") from None
+        if secret is None:
+            raise EndpointError(f"{self.secret_key_file} holds no secret key")
+        return public, secret, server
+
+
+@dataclass(frozen=True)
 class SocketOptions:
     """ZeroMQ socket options users need."""
 
@@ -42,6 +76,8 @@ class SocketOptions:
     multicast_recovery_ms: int = 2_000
     #: Multicast hops (ZMQ_MULTICAST_HOPS); 1 keeps traffic on the local segment.
     multicast_hops: int = 1
+    #: CURVE security (None: plain TCP/IPC).
+    curve: Curve | None = None
 
 
 def scheme_of(uri: str) -> str:
@@ -71,7 +107,17 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
     return uris
 
 
-def _apply(sock: zmq.Socket[bytes], opts: SocketOptions, multicast: bool) -> None:
+def _apply(sock: zmq.Socket[bytes], opts: SocketOptions, multicast: bool, bind: bool) -> None:
+    if opts.curve is not None:
+        if multicast:
+            raise EndpointError("CURVE cannot secure multicast (epgm/pgm): use tcp or ipc")
+        public, secret, server = opts.curve.keys()
+        sock.curve_publickey = public
+        sock.curve_secretkey = secret
+        if bind:
+            sock.curve_server = True
+        else:
+            sock.curve_serverkey = server
     sock.setsockopt(zmq.LINGER, opts.linger_ms)
     sock.setsockopt(zmq.SNDHWM, opts.sndhwm_msgs)
     sock.setsockopt(zmq.RCVHWM, opts.rcvhwm_msgs)
@@ -99,7 +145,7 @@ def _open(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, uris: Sequence[str], b
     opts = options or SocketOptions()
     sock = ctx.socket(kind)
     try:
-        _apply(sock, opts, any(is_multicast(u) for u in uris))
+        _apply(sock, opts, any(is_multicast(u) for u in uris), bind)
         if kind == zmq.SUB:
             sock.setsockopt(zmq.SUBSCRIBE, b"")
         return sock, _attach(sock, uris, bind)
