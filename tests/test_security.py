@@ -134,7 +134,7 @@ def test_forged_credit_does_not_let_a_curve_sender_overrun(keys):
         try:
             snap = send_through(rx, [*rx.feedback_endpoints, forger.endpoint], mode="ack",
                                 options=curve(keys, "sender"), count=3_000)
-            assert rx.wait_drained(20)
+            assert rx.wait_for_ends(1, 20) and rx.wait_drained(20)
         finally:
             done.set()
             t.join(5)
