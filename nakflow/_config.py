@@ -119,10 +119,11 @@ class AckConfig:
     regrant_fraction: float = 0.25
     #: A grant further ahead of the sender than this is clamped, msgs (bounded influence).
     max_credit_ahead: int = 1 << 20
-    #: Unused credit of a sender that sent nothing for this long stops reserving queue
-    #: room, s. Grants cannot be taken back, so without this two senders can deadlock:
-    #: each holding unused credit at one receiver while waiting for credit at another.
-    #: If such a sender comes back, the queue can overflow (drops are counted).
+    #: Unused credit of a sender that sent nothing for this long while saying it waits for
+    #: credit (elsewhere, then) stops reserving queue room, s. Grants cannot be taken
+    #: back, so without this two senders can deadlock: each holding unused credit at one
+    #: receiver while waiting for credit at another. If such a sender comes back, the
+    #: queue can overflow (drops are counted).
     idle_credit_s: float = 1.0
 
     def __post_init__(self) -> None:

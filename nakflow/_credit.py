@@ -127,8 +127,14 @@ class CreditLedger:
         }
 
 
+#: A sender counts as waiting for credit while its last "I am waiting" (HELLO) is this
+#: recent, s. Senders repeat HELLO every 0.1 s while they wait.
+WAITING_FRESH_S = 0.5
+
+
 class _SenderState:
-    __slots__ = ("active_t", "granted", "granted_t", "position", "queued", "seen_t")
+    __slots__ = ("active_t", "granted", "granted_t", "position", "queued", "seen_t",
+                 "waiting_t")
 
     def __init__(self, position: int, now: float) -> None:
         self.position = position
@@ -137,6 +143,7 @@ class _SenderState:
         self.granted_t = -math.inf
         self.seen_t = now
         self.active_t = now  # when its position last moved
+        self.waiting_t = -math.inf  # when it last said it waits for credit (HELLO)
 
 
 class CreditGranter:
@@ -148,9 +155,11 @@ class CreditGranter:
     or dropped) raise it, losses in flight raise it. Grants never exceed the
     queue: a sender's commitment is its unused credit plus its queued messages,
     and a grant only hands out capacity no sender is committed to. (Unused
-    credit of a sender idle for ``idle_credit_s`` stops counting: grants cannot
-    be revoked, and two senders could otherwise deadlock, each holding credit at
-    one receiver while waiting at another.) So when a
+    credit of a sender that has not sent for ``idle_credit_s`` while it says it
+    waits for credit stops counting: grants cannot be revoked, and two senders
+    could otherwise deadlock, each holding credit at one receiver while waiting
+    at another. A sender that is merely quiet, e.g. still computing its data,
+    keeps its reservation.) So when a
     second sender joins while the first holds the whole queue, the newcomer
     gets a zero grant (it must wait, and it knows this receiver exists) and its
     share as the first one's messages are consumed. A new sender is answered at
@@ -177,13 +186,19 @@ class CreditGranter:
         """Messages each sender may have outstanding here."""
         return max(1, self.capacity_msgs // max(1, len(self._senders)))
 
-    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float) -> None:
-        """``sender`` is heard at ``now``, about to send ``next_seq`` (HELLO or DATA)."""
+    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float,
+                  waiting: bool = False) -> None:
+        """``sender`` is heard at ``now``, about to send ``next_seq`` (HELLO or DATA);
+        ``waiting``: it said it is waiting for credit (a sender repeats HELLO then)."""
         st = self._senders.get(sender)
         if st is None:
-            self._senders[sender] = _SenderState(next_seq, now)
+            st = self._senders[sender] = _SenderState(next_seq, now)
+            if waiting:
+                st.waiting_t = now
             return
         st.seen_t = now
+        if waiting:
+            st.waiting_t = now
         if next_seq > st.position:
             st.position = next_seq
             st.active_t = now
@@ -223,8 +238,9 @@ class CreditGranter:
         step = max(1, int(window * self.config.regrant_fraction))
         heartbeat = self.config.heartbeat_s
         idle = self.config.idle_credit_s
-        committed = sum(st.queued + (max(0, st.granted - st.position)
-                                     if now - st.active_t < idle else 0)
+        committed = sum(st.queued + (0 if (now - st.active_t >= idle
+                                           and now - st.waiting_t < WAITING_FRESH_S)
+                                     else max(0, st.granted - st.position))
                         for st in self._senders.values())
         free = self.capacity_msgs - self._orphaned - committed
         due: list[tuple[SenderKey, int]] = []

@@ -235,8 +235,10 @@ class ReceiverFlow(ABC):
         self.stream = stream
         self.receiver = receiver
 
-    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float) -> None:  # noqa: B027
-        """``sender`` was heard (DATA or HELLO), next seq ``next_seq``."""
+    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float,  # noqa: B027
+                  waiting: bool = False) -> None:
+        """``sender`` was heard (DATA or HELLO), next seq ``next_seq``; ``waiting``: its
+        HELLO says it waits for credit."""
 
     def on_enqueued(self, sender: SenderKey, n: int) -> None:  # noqa: B027
         """``n`` messages of ``sender`` entered the queue."""
@@ -311,8 +313,9 @@ class AckFeedback(ReceiverFlow):
         super().__init__(stream, receiver)
         self.granter = CreditGranter(capacity_msgs, config)
 
-    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float) -> None:
-        self.granter.on_sender(sender, next_seq, now=now)
+    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float,
+                  waiting: bool = False) -> None:
+        self.granter.on_sender(sender, next_seq, now=now, waiting=waiting)
 
     def on_enqueued(self, sender: SenderKey, n: int) -> None:
         self.granter.on_enqueued(sender, n)

@@ -484,7 +484,9 @@ class Receiver:
         elif isinstance(frame, Hello) and frame.role == "sender":
             if frame.mode != self.mode:
                 self._warn_mode(f"sender {frame.node} runs mode {frame.mode!r}")
-            self._flow.on_sender((frame.node, frame.epoch), frame.next_seq, now=now)
+            # a sender repeats HELLO while it waits (for receivers, or for credit)
+            self._flow.on_sender((frame.node, frame.epoch), frame.next_seq, now=now,
+                                 waiting=True)
             self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, frame.node,
                              now + self._wall_offset))
         elif isinstance(frame, End):

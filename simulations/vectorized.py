@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nakflow import AckConfig, NakConfig
+from nakflow._credit import WAITING_FRESH_S
 from nakflow._fill import BACKOFF_LAMBDA
 
 IntArray = npt.NDArray[np.int64]
@@ -132,6 +133,7 @@ class VecCreditGranter:
         self.granted_t = np.full(shape, -np.inf)
         self.seen_t = np.zeros(shape)
         self.active_t = np.zeros(shape)  # when the position last moved
+        self.waiting_t = np.full(shape, -np.inf)  # last "waiting for credit"
         self.orphaned = np.zeros(cap.shape[0], np.int64)  # queued msgs of forgotten senders
         self.credits_sent = 0
 
@@ -153,6 +155,7 @@ class VecCreditGranter:
         self.granted = np.where(new, -1, self.granted)
         self.granted_t = np.where(new, -np.inf, self.granted_t)
         self.seen_t = np.where(heard, now, self.seen_t)
+        self.waiting_t = np.where(new, -np.inf, self.waiting_t)
         self.known |= heard
 
     def on_enqueued(self, n: IntArray) -> None:
@@ -176,8 +179,9 @@ class VecCreditGranter:
         window = self.window()
         step = np.maximum(1, (window * self.config.regrant_fraction).astype(np.int64))
         known = self.known
-        unused = np.where(now - self.active_t < self.config.idle_credit_s,
-                          np.maximum(0, self.granted - self.position), 0)
+        lent = ((now - self.active_t >= self.config.idle_credit_s)
+                & (now - self.waiting_t < WAITING_FRESH_S))
+        unused = np.where(lent, 0, np.maximum(0, self.granted - self.position))
         commit = np.where(known, unused + self.queued, 0)
         free = self.capacity - self.orphaned - commit.sum(axis=0)
         due = np.zeros_like(known)

@@ -221,6 +221,9 @@ def test_two_senders_holding_credit_at_different_receivers_do_not_deadlock():
                         g.on_sender(key, sent[key], now=now)
                         g.on_enqueued(key, n)
                         queues[i] += [key] * n
+                elif step % 100 == 0:  # blocked: its HELLO says it waits for credit
+                    for g in rx:
+                        g.on_sender(key, sent[key], now=now, waiting=True)
         if first_progress is None and min(sent.values()) > 0:
             first_progress = now
         for i, g in enumerate(rx):
@@ -229,3 +232,21 @@ def test_two_senders_holding_credit_at_different_receivers_do_not_deadlock():
                     g.on_released(queues[i].pop(0), 1)
     assert first_progress is not None and 0.5 <= first_progress < 1.0
     assert min(sent.values()) > 2_000  # both kept going (2 msgs/ms consumed per queue)
+
+
+def test_a_quiet_sender_keeps_its_reservation():
+    """A sender granted the queue that sends nothing for a long time (a Spark task still
+    computing its rows) is not waiting for credit: its grant keeps reserving room, so a
+    newcomer gets nothing until it has been used and consumed."""
+    g = CreditGranter(100, AckConfig(idle_credit_s=0.5))
+    a, b = ("A", 0), ("B", 0)
+    g.on_sender(a, 0, now=0.0)
+    assert g.poll(now=0.0) == [(a, 100)]
+    g.on_sender(b, 0, now=0.01)
+    for step in range(1, 300):  # 3 s, A silent
+        now = step * 0.01
+        for key, limit in g.poll(now=now):
+            assert key != b or limit == 0, f"{now}: B granted {limit} while A holds 100"
+    g.on_sender(a, 0, now=3.0, waiting=True)  # now A says it waits (blocked elsewhere)
+    g.on_sender(b, 0, now=3.0)
+    assert dict(g.poll(now=3.01)).get(b, 0) > 0  # after idle_credit_s, A's credit is lent
