@@ -160,7 +160,8 @@ def test_a_failed_task_is_retried_and_its_rows_delivered_once(spark):
 @on_local
 def test_slow_receiver_none_drops_nak_and_ack_do_not(spark):
     """The evaluation's own runner, small: receiver processes, one consuming 5k rows/s."""
-    cfg = EvalConfig(rows=30_000, partitions=2, slow_rate=5_000, capacity=2_000)
+    # 0.8 s of queue at the slow rate: with 2,000 the margin was ~170 rows (one CI overflow)
+    cfg = EvalConfig(rows=30_000, partitions=2, slow_rate=5_000, capacity=4_000)
     result = run_eval(spark, cfg)
     table = {(r["mode"], r["receiver"]): r for r in result["table"]}
     assert set(table) == {(m, r) for m in ("nak", "ack", "none")
@@ -291,7 +292,7 @@ def test_eval_command_end_to_end(tmp_path):
     pytest.importorskip("pyspark")
     out = tmp_path / "eval"
     cmd = [sys.executable, "-m", "nakflow", "eval", "--rows", "20000", "--partitions", "2",
-           "--slow-rate", "5000", "--capacity", "2000", "--stall-for", "0.5",
+           "--slow-rate", "5000", "--capacity", "4000", "--stall-for", "0.5",
            "--stall-at", "0.5", "--out", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
