@@ -313,16 +313,23 @@ class Sender:
         """Block until ``n`` receivers answer this sender's HELLO on the data channel.
 
         An answer proves the data path from this sender to that receiver is up,
-        which guards against ZeroMQ's slow-joiner loss. In NAK mode this presence
-        is used only here, never for flow control. Raises TimeoutError.
+        which guards against ZeroMQ's slow-joiner loss. In ACK mode each of them
+        must also have granted credit: until its first grant arrives the ledger does
+        not know it, and the others' credit alone would let the sender overrun it.
+        In NAK mode this presence is used only here, never for flow control.
+        Raises TimeoutError.
         """
         end = time.monotonic() + timeout
+        flow = self._flow
         while True:
             now = time.monotonic()
-            if len(self._echoed) >= n:
-                return len(self._echoed)
+            ready = self._echoed
+            if isinstance(flow, AckFlow):
+                ready = ready & set(flow.ledger.receivers)
+            if len(ready) >= n:
+                return len(ready)
             if now >= end:
-                raise TimeoutError(f"{len(self._echoed)} of {n} receivers answered in {timeout} s")
+                raise TimeoutError(f"{len(ready)} of {n} receivers answered in {timeout} s")
             if now >= self._next_hello:
                 self._hello(now)
             self._read_feedback(now, max(0.0, min(self._next_hello, end) - now))
