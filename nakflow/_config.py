@@ -123,8 +123,10 @@ class AckConfig:
     #: credit (elsewhere, then) stops reserving queue room, s. Grants cannot be taken
     #: back, so without this two senders can deadlock: each holding unused credit at one
     #: receiver while waiting for credit at another. If such a sender comes back, the
-    #: queue can overflow (drops are counted).
-    idle_credit_s: float = 1.0
+    #: queue can overflow (drops are counted). As long as receiver_timeout_s: a deadlock
+    #: then costs what a dead receiver costs, and a merely slow or CPU-starved receiver
+    #: elsewhere (1 s was seen under load) does not trigger it.
+    idle_credit_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.receiver_timeout_s > 0 or not self.heartbeat_s > 0:
