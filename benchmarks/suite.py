@@ -179,31 +179,31 @@ def four_with_slow() -> list[ReceiverSpec]:
             *(ReceiverSpec(f"fast-{i}", capacity_msgs=5_000) for i in (1, 2, 3))]
 
 
+def w2_row(peer: str, count: int, sender: dict[str, Any],
+           receivers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A W2 table row; ``receivers[0]`` is the slow one. Raw peers report ``received``
+    (no queue, no feedback), nakflow ones ``delivered``."""
+    slow = receivers[0]
+    got = "delivered" if "delivered" in slow else "received"
+    nak = "feedback_frames" in sender
+    return {"workload": "W2", "peer": peer, "send_rate": round(sender["rate_msgs"]),
+            "slow_goodput": round(slow["goodput_msgs"]),
+            "x_consume": round(slow["goodput_msgs"] / SLOW_RATE, 2),
+            "missing_slow": count - slow[got],
+            "missing_others": sum(count - r[got] for r in receivers[1:]),
+            "queue_peak_slow": slow["queue_peak"] if nak else "-",
+            "fb_per_s": round(sender["feedback_frames"] / sender["elapsed_s"], 1) if nak else "-"}
+
+
 def w2_slow(count: int) -> list[dict[str, Any]]:
     log(f"W2 slow receiver: {count:,} msgs to four receivers, one consuming {SLOW_RATE:,.0f}/s")
     rows = []
     for peer, nodrop in (("raw pyzmq", False), ("zmq NODROP", True)):
         run = run_raw(4, count, nodrop=nodrop, consume_rates=[SLOW_RATE])
-        slow = run["receivers"][0]
-        rows.append({"workload": "W2", "peer": peer,
-                     "send_rate": round(run["sender"]["rate_msgs"]),
-                     "slow_goodput": round(slow["goodput_msgs"]),
-                     "x_consume": round(slow["goodput_msgs"] / SLOW_RATE, 2),
-                     "missing_slow": count - slow["received"],
-                     "missing_others": sum(count - r["received"] for r in run["receivers"][1:]),
-                     "queue_peak_slow": "-", "fb_per_s": "-"})
+        rows.append(w2_row(peer, count, run["sender"], run["receivers"]))
     for mode in ("nak", "ack", "none"):
         run = run_nakflow(mode, four_with_slow(), count)
-        s = run["sender"]
-        slow, others = run["receivers"][0], run["receivers"][1:]
-        rows.append({"workload": "W2", "peer": f"nakflow {mode}",
-                     "send_rate": round(s["rate_msgs"]),
-                     "slow_goodput": round(slow["goodput_msgs"]),
-                     "x_consume": round(slow["goodput_msgs"] / SLOW_RATE, 2),
-                     "missing_slow": count - slow["delivered"],
-                     "missing_others": sum(count - r["delivered"] for r in others),
-                     "queue_peak_slow": slow["queue_peak"],
-                     "fb_per_s": round(s["feedback_frames"] / s["elapsed_s"], 1)})
+        rows.append(w2_row(f"nakflow {mode}", count, run["sender"], run["receivers"]))
     return rows
 
 
@@ -227,29 +227,14 @@ def w2_multicast_inner(count: int) -> list[dict[str, Any]]:
                                  "--size", "100"], stdout=subprocess.PIPE, text=True)
         sender = finish(proc)
         receivers = rx.results()
-    slow = receivers[0]
-    rows.append({"workload": "W2", "peer": "epgm fixed rate",
-                 "send_rate": round(sender["rate_msgs"]),
-                 "slow_goodput": round(slow["goodput_msgs"]),
-                 "x_consume": round(slow["goodput_msgs"] / SLOW_RATE, 2),
-                 "missing_slow": count - slow["received"],
-                 "missing_others": sum(count - r["received"] for r in receivers[1:]),
-                 "queue_peak_slow": "-", "fb_per_s": "-"})
+    rows.append(w2_row("epgm fixed rate", count, sender, receivers))
     with LocalReceivers(four_with_slow(), mode="nak", duration_s=120.0, data_uri=EPGM_DATA,
                         feedback_uri=EPGM_FEEDBACK) as lrx:
         lrx.wait_ready()
         s = run_sender([EPGM_DATA], [EPGM_FEEDBACK], mode="nak", count=count,
                        wait_receivers=4, timeout_s=300)
         receivers = lrx.results(timeout_s=180)
-    slow = receivers[0]
-    rows.append({"workload": "W2", "peer": "nakflow nak over epgm",
-                 "send_rate": round(s["rate_msgs"]),
-                 "slow_goodput": round(slow["goodput_msgs"]),
-                 "x_consume": round(slow["goodput_msgs"] / SLOW_RATE, 2),
-                 "missing_slow": count - slow["delivered"],
-                 "missing_others": sum(count - r["delivered"] for r in receivers[1:]),
-                 "queue_peak_slow": slow["queue_peak"],
-                 "fb_per_s": round(s["feedback_frames"] / s["elapsed_s"], 1)})
+    rows.append(w2_row("nakflow nak over epgm", count, s, receivers))
     return rows
 
 

@@ -390,12 +390,14 @@ class Receiver:
             if self._data in events:
                 # read until a chunk of *messages* is pending (a batched frame holds many)
                 pend, chunk, frames = self._pending, self._chunk, 0
-                while len(pend) < chunk and frames < chunk:
-                    bufs = drain(self._data, 1)
-                    if not bufs:
-                        break
-                    frames += 1
-                    self._on_data_socket(bufs[0])
+                recv = self._data.recv
+                try:
+                    while len(pend) < chunk and frames < chunk:
+                        buf = recv(zmq.NOBLOCK)
+                        frames += 1
+                        self._on_data_socket(buf)
+                except zmq.Again:
+                    pass
                 # behind = frames still waiting after a whole chunk was read
                 full = ((len(pend) >= chunk or frames >= chunk)
                         and bool(int(self._data.get(zmq.EVENTS)) & zmq.POLLIN))

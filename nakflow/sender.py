@@ -164,13 +164,12 @@ class Sender:
             self.seq = seq + 1
             self.bytes += size
             return
-        if not self._take_allowance(now):
+        if self._take_allowance(now):
+            self._allow -= 1
+        else:
             granted, wait = self._flow.admit(1, now=now)
             if not granted:
                 now = self._wait_admit(1, wait, now, timeout)
-            self._allow = 1
-            self._allow_until = now
-        self._allow -= 1
         self._emit(now, (payload,))
 
     def _take_allowance(self, now: float) -> bool:

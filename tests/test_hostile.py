@@ -6,16 +6,12 @@ delivered or counted."""
 from __future__ import annotations
 
 import random
-import threading
-import time
 
 import msgpack
 import pytest
-import zmq
 
 from nakflow import Credit, Data, End, Hello, Nak, NakConfig, encode
-from nakflow.receiver import Receiver
-from nakflow.sender import Sender
+from tests.flood import send_under_flood
 
 pytestmark = pytest.mark.slow
 MAX = 2**63 - 1
@@ -60,54 +56,19 @@ def absurd_feedback(rng: random.Random, real_id: str) -> bytes:
 
 
 def test_absurd_frames_on_both_channels_change_nothing_real():
-    ctx = zmq.Context.instance()
     rng = random.Random(11)
     real_id, count, floor = "real", 10_000, 3_000.0
-    got: list = []
-    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", capacity_msgs=50_000,
-                  handler=got.append) as rx:
-        junk_data = ctx.socket(zmq.PUB)
-        junk_data.connect(rx.data_endpoints[0])
-        junk_fb = ctx.socket(zmq.PUB)
-        port = junk_fb.bind_to_random_port("tcp://127.0.0.1")
-        stop = threading.Event()
-        sent = [0]
-
-        def flood() -> None:
-            while not stop.is_set() and sent[0] < 100_000:
-                junk_data.send(absurd_data(rng, real_id, 5))
-                junk_fb.send(absurd_feedback(rng, real_id))
-                sent[0] += 1
-                if sent[0] % 200 == 0:
-                    time.sleep(0.001)
-
-        with Sender(rx.data_endpoints, [rx.feedback_endpoints[0], f"tcp://127.0.0.1:{port}"],
-                    sender_id=real_id, epoch=5, nak=NakConfig(min_rate_msgs=floor)) as tx:
-            tx.wait_for_receivers(1, timeout=15)
-            flooder = threading.Thread(target=flood)
-            flooder.start()
-            lowest = float("inf")
-            try:
-                for i in range(count):
-                    tx.send(b"real-%d" % i, timeout=20)
-                    if i % 500 == 0:
-                        lowest = min(lowest, tx.snapshot()["rate_limit"])
-            finally:
-                stop.set()
-                flooder.join()
-                junk_data.close(0)
-                junk_fb.close(0)
-            tx.flush()
-            assert rx.wait_for_ends(1, timeout=15) and rx.wait_drained(timeout=15)
-            tx_snap = tx.snapshot()
-        snap = rx.snapshot()
-    assert sent[0] > 1_000
-    assert snap["error"] is None and rx.handler_errors == 0
+    run = send_under_flood(lambda: absurd_data(rng, real_id, 5),
+                           lambda: absurd_feedback(rng, real_id), count=count,
+                           sender_id=real_id, epoch=5, nak=NakConfig(min_rate_msgs=floor))
+    snap, tx_snap = run.rx_snap, run.tx_snap
+    assert run.junk_sent > 1_000
+    assert snap["error"] is None
     real = next(s for s in snap["senders"] if s["sender"] == real_id and s["epoch"] == 5)
     assert real["status"] == "complete" and real["lost"] == 0 and real["duplicates"] == 0
-    delivered_real = sum(1 for m in got if m.sender == real_id and m.epoch == 5)
+    delivered_real = sum(1 for m in run.delivered if m.sender == real_id and m.epoch == 5)
     assert delivered_real + snap["dropped"] >= count and delivered_real <= count
     assert snap["malformed"] > 100 and snap["foreign"] > 100
     assert tx_snap["feedback_malformed"] > 100 and tx_snap["feedback_foreign"] > 100
     assert tx_snap["naks_received"].get("100", 0) > 0  # the forged NAKs were heard ...
-    assert lowest >= floor and tx_snap["sent"] == count  # ... and only floored the rate
+    assert min(run.rate_limits) >= floor and tx_snap["sent"] == count  # ... only floored

@@ -111,7 +111,6 @@ def test_every_row_reaches_both_receivers_exactly_once(spark, mode):
     frame = metrics_frame(spark, reports)
     assert frame.count() == parts and frame.agg({"rows": "sum"}).first()[0] == rows
     if spark.sparkContext.master.startswith("local-cluster"):  # really other processes
-        assert len({r["executor"] for r in reports}) >= 1
         assert all(r["executor"].split("/")[1] != str(os.getpid()) for r in reports)
 
 
@@ -313,6 +312,6 @@ def test_eval_command_end_to_end(tmp_path):
     assert " INFO " not in run.stderr  # Spark's log noise kept to warnings
     saved = json.loads((out / "eval.json").read_text())
     assert [r["mode"] for r in saved["runs"]] == ["nak", "ack", "none"]
-    assert saved["table"] == [{k: v for k, v in r.items()} for r in saved["table"]]
+    assert [{k: str(v) for k, v in r.items()} for r in saved["table"]] == rows  # same table
     for png in ("eval-timelines.png", "eval-summary.png"):
         assert (out / png).stat().st_size > 10_000
