@@ -4,6 +4,7 @@ The names exported here are the sans-I/O core (no sockets, threads or clock
 calls: time comes in as ``now``) and the live runtime built on it.
 """
 
+from ._auth import AuthError, FrameAuth, SharedKey
 from ._bucket import TokenBucket
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -47,6 +48,7 @@ __all__ = [
     "AckConfig",
     "AckFeedback",
     "AckFlow",
+    "AuthError",
     "BackpressureEpisodes",
     "Bye",
     "ConfigError",
@@ -58,6 +60,7 @@ __all__ = [
     "End",
     "FillMonitor",
     "Frame",
+    "FrameAuth",
     "Hello",
     "Nak",
     "NakConfig",
@@ -71,6 +74,7 @@ __all__ = [
     "ReceiverFlow",
     "SenderFlow",
     "SenderKey",
+    "SharedKey",
     "TokenBucket",
     "__version__",
     "check_mode",

@@ -45,7 +45,7 @@ class LocalReceivers:
     def __init__(self, specs: Sequence[ReceiverSpec], *, mode: str, senders: int = 1,
                  stream: str = "default", duration_s: float = 120.0,
                  host: str = "127.0.0.1", data_uri: str | None = None,
-                 feedback_uri: str | None = None) -> None:
+                 feedback_uri: str | None = None, extra: Sequence[str] = ()) -> None:
         self.specs = list(specs)
         self.mode = mode
         self._tmp = tempfile.TemporaryDirectory(prefix="nakflow-rx-")
@@ -64,6 +64,7 @@ class LocalReceivers:
                 args += ["--stall-at", str(spec.stall_at_s), "--stall-for", str(spec.stall_for_s)]
             if spec.drop_duplicates:
                 args.append("--drop-duplicates")
+            args += extra
             self.procs.append(subprocess.Popen(nakflow_cmd(*args), stdout=subprocess.PIPE,
                                                stderr=subprocess.PIPE, text=True))
             self._ready_files.append(ready)
@@ -126,8 +127,8 @@ def run_sender(data: Sequence[str], feedback: Sequence[str], *, mode: str, count
 
 
 def run_mode(mode: str, specs: Sequence[ReceiverSpec], *, count: int, size: int = 100,
-             extra_send: Sequence[str] = (), data_uri: str | None = None,
-             feedback_uri: str | None = None) -> dict[str, Any]:
+             extra_send: Sequence[str] = (), extra_receive: Sequence[str] = (),
+             data_uri: str | None = None, feedback_uri: str | None = None) -> dict[str, Any]:
     """One sender process to ``specs`` receiver processes under ``mode``.
 
     Default endpoints: each receiver binds ``tcp://127.0.0.1:*``. Give ``data_uri`` and
@@ -136,7 +137,7 @@ def run_mode(mode: str, specs: Sequence[ReceiverSpec], *, count: int, size: int 
     slowest = min((s.consume_rate_msgs for s in specs if s.consume_rate_msgs), default=None)
     budget = 60.0 + (3.0 * count / slowest if slowest else 0.0)
     with LocalReceivers(specs, mode=mode, duration_s=budget, data_uri=data_uri,
-                        feedback_uri=feedback_uri) as rx:
+                        feedback_uri=feedback_uri, extra=extra_receive) as rx:
         rx.wait_ready()
         data = [data_uri] if data_uri else rx.data  # a group is joined, not bound
         feedback = [feedback_uri] if feedback_uri else rx.feedback

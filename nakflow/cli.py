@@ -77,6 +77,12 @@ def _socket_options(args: argparse.Namespace) -> Any:
                                      getattr(args, "curve_authorized", None)))
 
 
+def _shared_key(args: argparse.Namespace) -> Any:
+    from .keyfile import load_shared_key
+
+    return None if args.shared_key is None else load_shared_key(args.shared_key)
+
+
 # -- keygen --------------------------------------------------------------------------
 def cmd_keygen(args: argparse.Namespace) -> int:
     import os
@@ -84,6 +90,17 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     import zmq.auth
 
     os.makedirs(args.dir, exist_ok=True)
+    if args.shared:
+        from .keyfile import write_shared_key
+
+        try:
+            path = write_shared_key(args.dir, args.name)
+        except FileExistsError:
+            raise ValueError(f"{args.name}.shared_key exists in {args.dir}; not overwriting "
+                             "it") from None
+        print(f"shared key: {path} (give it to every sender and receiver of the stream; "
+              "keep it private)")
+        return 0
     public, secret = zmq.auth.create_certificates(args.dir, args.name)
     os.chmod(secret, 0o600)
     print(f"public key: {public}\nsecret key: {secret} (keep it private)")
@@ -98,7 +115,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
     rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
                   receiver_id=args.id, capacity_msgs=args.capacity, overflow=args.overflow,
                   drop_duplicates=args.drop_duplicates, overhear=args.overhear or (),
-                  options=_socket_options(args))
+                  options=_socket_options(args), shared_key=_shared_key(args))
     if args.ready_file:
         with open(args.ready_file + ".tmp", "w") as f:
             json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
@@ -150,7 +167,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     payload = b"x" * args.size
     with Sender(args.data, args.feedback, mode=args.mode, stream=args.stream,
                 sender_id=args.id, max_rate_msgs=args.max_rate,
-                options=_socket_options(args)) as tx:
+                options=_socket_options(args),
+                shared_key=_shared_key(args)) as tx:
         if args.wait_receivers:
             tx.wait_for_receivers(args.wait_receivers, timeout=args.wait_timeout)
         t0 = time.monotonic()
@@ -201,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="CURVE: this node's .key_secret file (see 'nakflow keygen')")
         p.add_argument("--curve-server-key", default=None, metavar="FILE",
                        help="CURVE: the receivers' public .key file")
+        p.add_argument("--shared-key", default=None, metavar="FILE",
+                       help="seal and check every frame with this key (HMAC; for multicast, "
+                            "where CURVE cannot go; see 'nakflow keygen --shared')")
 
     r = sub.add_parser("receive", help="receive a stream and report its metrics")
     common(r)
@@ -232,9 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wait-timeout", type=_positive(float), default=10.0, metavar="S")
     s.set_defaults(func=cmd_send)
 
-    k = sub.add_parser("keygen", help="make a CURVE key pair (NAME.key, NAME.key_secret)")
+    k = sub.add_parser("keygen", help="make a CURVE key pair (NAME.key, NAME.key_secret), "
+                                      "or with --shared a shared MAC key (NAME.shared_key)")
     k.add_argument("dir", help="directory to write the key files to")
     k.add_argument("name", help="key name, e.g. the node's id")
+    k.add_argument("--shared", action="store_true",
+                   help="make a 256-bit shared key for --shared-key instead of a CURVE pair")
     k.set_defaults(func=cmd_keygen)
 
     d = sub.add_parser("demo", help="three local receivers (one slow), one sender per mode")

@@ -25,6 +25,7 @@ import zmq
 
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
+from ._auth import AuthError, FrameAuth, SharedKey, origin
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
     Bye,
@@ -87,6 +88,9 @@ class Receiver:
         handler: if given, a consumer thread calls it for every message.
         timeline_interval_s: sampling interval of ``snapshot()["timeline"]`` (queue depth,
             delivered, dropped, NAK level held over time; bounded in size).
+        shared_key: accept only frames sealed with this key (replays refused) and seal
+            this receiver's feedback (HMAC-SHA256; see ``nakflow._auth``). For multicast,
+            where CURVE cannot go.
 
     Raises:
         ConfigError, transports.EndpointError, zmq.ZMQError (e.g. address in use).
@@ -102,7 +106,8 @@ class Receiver:
                  hello_interval_s: float = 0.5,
                  handler: Callable[[Message], object] | None = None,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 timeline_interval_s: float = 0.05) -> None:
+                 timeline_interval_s: float = 0.05,
+                 shared_key: SharedKey | None = None) -> None:
         self.mode = check_mode(mode)
         if overflow not in OVERFLOW_POLICIES:
             raise ConfigError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
@@ -117,6 +122,9 @@ class Receiver:
         self._flow = make_receiver_flow(mode, stream=stream, receiver=self.receiver_id,
                                         capacity_msgs=capacity_msgs, nak=nak, ack=ack,
                                         rng=random.Random())
+        self._mac = (None if shared_key is None
+                      else FrameAuth(shared_key))
+        self._warned_auth = False
         self._tracker = SequenceTracker(drop_duplicates=drop_duplicates)
         self._episodes = BackpressureEpisodes(capacity_msgs)
         self._chunk = max(1, min(256, capacity_msgs // 20))
@@ -344,8 +352,8 @@ class Receiver:
             log.exception("receiver I/O thread failed")
         finally:
             try:
-                self._fb.send(encode(Bye(self.stream, self.receiver_id, "receiver", 0,
-                                         time.monotonic() + self._wall_offset)))
+                self._fb.send(self._seal(encode(Bye(self.stream, self.receiver_id, "receiver", 0,
+                                                    time.monotonic() + self._wall_offset))))
             except zmq.ZMQError:
                 pass
             self._t_end = time.monotonic()
@@ -419,8 +427,11 @@ class Receiver:
                 self._flush_chunk()
             self._feedback(time.monotonic())
 
+    def _seal(self, buf: bytes) -> bytes:
+        return buf if self._mac is None else self._mac.seal(buf, now=time.time())
+
     def _send(self, frame: Frame) -> None:
-        buf = encode(frame)
+        buf = self._seal(encode(frame))
         self._fb.send(buf)
         self.feedback_sent += 1
         self.feedback_bytes += len(buf)
@@ -450,28 +461,64 @@ class Receiver:
                                  self.dropped)
 
     def _decode_own(self, buf: bytes) -> Frame | None:
-        """Decode a frame of this stream; count and drop malformed and foreign ones."""
+        """Decode a frame of this stream; count and drop malformed, foreign, unsealed
+        (with a shared key) and replayed ones."""
+        auth, counter = self._mac, 0
         try:
-            frame = decode(buf, self.max_frame_bytes)
+            if auth is None:
+                frame = decode(buf, self.max_frame_bytes)
+            else:
+                body, counter = auth.open(buf)
+                frame = decode(body, self.max_frame_bytes)
+        except AuthError as exc:
+            self._warn_auth(f"frame refused: {exc}")
+            return None
         except ProtocolError:
-            self.malformed += 1
+            self._count_malformed(buf)
             return None
         if frame.stream != self.stream:
             self.foreign += 1
             return None
+        if auth is not None and not self._admit(origin(frame), counter):
+            return None
         return frame
+
+    def _admit(self, node: tuple[str, int], counter: int) -> bool:
+        assert self._mac is not None
+        return self._mac.admit(node, counter, now=time.monotonic() + self._wall_offset)
+
+    def _count_malformed(self, buf: bytes) -> None:
+        self.malformed += 1
+        if self._mac is None and buf[:1] == b"\xc1":
+            self._warn_auth("frames are sealed with a shared key, but this receiver has "
+                            "none (shared_key=)")
+
+    def _warn_auth(self, what: str) -> None:
+        if not self._warned_auth:
+            self._warned_auth = True
+            log.warning("stream %r: %s (counted in snapshot()['auth'])", self.stream, what)
 
     def _on_data_socket(self, buf: bytes) -> None:
         self.frames_in += 1
+        auth, counter = self._mac, 0
         try:
-            got = decode_data(buf, self.max_frame_bytes)
+            if auth is None:
+                got = decode_data(buf, self.max_frame_bytes)
+            else:
+                body, counter = auth.open(buf)
+                got = decode_data(body, self.max_frame_bytes)
+        except AuthError as exc:
+            self._warn_auth(f"frame refused: {exc}")
+            return
         except ProtocolError:
-            self.malformed += 1
+            self._count_malformed(buf)
             return
         if type(got) is tuple:  # DATA, the hot path
             stream, sender, epoch, seq, ts, payloads = got
             if stream != self.stream:
                 self.foreign += 1
+                return
+            if auth is not None and not self._admit((sender, epoch), counter):
                 return
             self._on_data(sender, epoch, seq, ts, payloads)
             return
@@ -479,6 +526,8 @@ class Receiver:
         assert not isinstance(frame, tuple)
         if frame.stream != self.stream:
             self.foreign += 1
+            return
+        if auth is not None and not self._admit(origin(frame), counter):
             return
         now = time.monotonic()
         if isinstance(frame, Data):  # DATA that the hot path left to the full decoder
@@ -612,6 +661,7 @@ class Receiver:
             "duplicates": totals["duplicates"],
             "malformed": self.malformed,
             "foreign": self.foreign,
+            "auth": None if self._mac is None else self._mac.snapshot(),
             "queue_peak": self.queue_peak,
             "naks_sent": flow.get("naks_sent", {}),
             "naks_suppressed": flow.get("naks_suppressed", 0),

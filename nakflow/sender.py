@@ -20,6 +20,7 @@ import zmq
 
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
+from ._auth import AuthError, FrameAuth, SharedKey, origin
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
     T_DATA,
@@ -63,6 +64,8 @@ class Sender:
         max_rate_msgs: a cap in every mode (``nak``: its ceiling), msgs/s.
         timeline_interval_s: sampling interval of ``snapshot()["timeline"]`` (sent,
             rate limit, credit, blocked time over time; bounded in size).
+        shared_key: seal every frame sent and accept only sealed feedback (HMAC-SHA256,
+            replays refused; see ``nakflow._auth``). For multicast, where CURVE cannot go.
 
     Raises:
         ConfigError, transports.EndpointError: bad arguments.
@@ -75,7 +78,8 @@ class Sender:
                  context: zmq.Context[zmq.Socket[bytes]] | None = None,
                  hello_interval_s: float = 0.1, max_rate_msgs: float | None = None,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 timeline_interval_s: float = 0.05) -> None:
+                 timeline_interval_s: float = 0.05,
+                 shared_key: SharedKey | None = None) -> None:
         self.mode = check_mode(mode)
         if not stream or len(stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
@@ -89,6 +93,9 @@ class Sender:
         self._flow = make_sender_flow(mode, stream=stream, sender=self.sender_id,
                                       epoch=self.epoch, nak=nak, ack=ack,
                                       max_rate_msgs=max_rate_msgs)
+        self._mac = (None if shared_key is None
+                      else FrameAuth(shared_key))
+        self._warned_auth = False
         self._ctx = context or zmq.Context.instance()
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         self._pub, _ = open_pub(self._ctx, data_uris, bind=False, options=options)
@@ -159,7 +166,8 @@ class Sender:
             size = len(buf)
             if size > self.max_frame_bytes:
                 raise ValueError(f"message of {size} bytes exceeds max_frame_bytes")
-            self._pub.send(buf)
+            self._pub.send(buf if self._mac is None
+                           else self._mac.seal(buf, now=now + self._wall_offset))
             self._allow -= 1
             self.seq = seq + 1
             self.bytes += size
@@ -246,7 +254,7 @@ class Sender:
                           now + self._wall_offset, payloads)
         if len(buf) > self.max_frame_bytes:
             raise ValueError(f"message of {len(buf)} bytes exceeds max_frame_bytes")
-        self._pub.send(buf)
+        self._out(buf)
         k = len(payloads)
         self.seq += k
         self._frames_saved += k - 1
@@ -269,16 +277,30 @@ class Sender:
         if not frames:
             return
         now = time.monotonic()
+        auth = self._mac
         for buf in frames:
             self.feedback_bytes += len(buf)
             try:
-                frame = decode(buf, self.max_frame_bytes)
+                if auth is None:
+                    frame = decode(buf, self.max_frame_bytes)
+                else:
+                    body, counter = auth.open(buf)
+                    frame = decode(body, self.max_frame_bytes)
+            except AuthError as exc:
+                self._warn_auth(f"feedback refused: {exc}")
+                continue
             except ProtocolError:
+                if auth is None and buf[:1] == b"\xc1":
+                    self._warn_auth("feedback is sealed with a shared key, but this sender "
+                                    "has none (shared_key=)")
                 self.malformed += 1
                 continue
             if frame.stream != self.stream:
                 self.foreign += 1
                 continue
+            if auth is not None and not auth.admit(origin(frame), counter,
+                                                   now=now + self._wall_offset):
+                continue  # a replay, or too old: counted by auth
             self.feedback_frames += 1
             if isinstance(frame, Hello):
                 if frame.role == "receiver":
@@ -296,6 +318,14 @@ class Sender:
                 self._warn_mode(f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
             self._flow.on_feedback(frame, now=now)
 
+    def _warn_auth(self, what: str) -> None:
+        if not self._warned_auth:
+            self._warned_auth = True
+            log.warning("stream %r: %s (counted in snapshot()['auth'])", self.stream, what)
+
+    def _out(self, buf: bytes) -> None:
+        self._pub.send(buf if self._mac is None else self._mac.seal(buf, now=time.time()))
+
     def _warn_mode(self, what: str) -> None:
         if not self._warned_mode:
             self._warned_mode = True
@@ -306,7 +336,7 @@ class Sender:
         self._next_hello = now + self.hello_interval_s
         hello = Hello(self.stream, self.sender_id, "sender", self.mode, self.epoch, self.seq,
                       "", now + self._wall_offset)
-        self._pub.send(encode(hello))
+        self._out(encode(hello))
 
     def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
         """Block until ``n`` receivers answer this sender's HELLO on the data channel.
@@ -339,7 +369,7 @@ class Sender:
         self._give_back()
         now = time.monotonic()
         self._read_feedback(now, 0.0)
-        self._pub.send(encode(End(self.stream, self.sender_id, self.epoch, self.seq,
+        self._out(encode(End(self.stream, self.sender_id, self.epoch, self.seq,
                                   now + self._wall_offset)))
         self._ended = True
 
@@ -365,7 +395,7 @@ class Sender:
             if end:
                 self.flush()  # END again even after flush(): it is idempotent, and on a
                 # lossy transport (multicast without flow control) one copy can be lost
-            self._pub.send(encode(Bye(self.stream, self.sender_id, "sender", self.epoch,
+            self._out(encode(Bye(self.stream, self.sender_id, "sender", self.epoch,
                                       time.monotonic() + self._wall_offset)))
         finally:
             linger = None if linger_s is None else int(linger_s * 1000)
@@ -406,6 +436,7 @@ class Sender:
             "feedback_bytes": self.feedback_bytes,
             "feedback_malformed": self.malformed,
             "feedback_foreign": self.foreign,
+            "auth": None if self._mac is None else self._mac.snapshot(),
             "policy": flow,
             "timeline": self.timeline.as_dict(t0=self._t0),
         }

@@ -37,6 +37,9 @@ class WriterConfig:
         linger_s: how long closing a sender may keep unsent frames, s.
         options: socket options, e.g. ``SocketOptions(curve=Curve(...))`` (the key
             files must exist at those paths on every executor).
+        shared_key_file: seal and check every frame with the shared key in this file
+            (``nakflow keygen --shared``; for multicast, where CURVE cannot go). Each
+            executor reads it from that path: the key never travels in the task closure.
     """
 
     data: Sequence[str] | str  # stored as a tuple of URIs
@@ -54,6 +57,7 @@ class WriterConfig:
     send_timeout_s: float | None = 300.0
     linger_s: float = 5.0
     options: SocketOptions | None = None
+    shared_key_file: str | None = None
 
     def __post_init__(self) -> None:
         check_mode(self.mode)

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgpack
 
+from nakflow.keyfile import load_shared_key
 from nakflow.sender import Sender
 
 from .config import WriterConfig
@@ -115,7 +116,9 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     t0 = time.monotonic()
     sender = Sender(config.data, config.feedback, mode=config.mode, stream=config.stream,
                     sender_id=identity.sender_id, epoch=identity.attempt, nak=config.nak,
-                    ack=ack, max_rate_msgs=config.max_rate_msgs, options=config.options)
+                    ack=ack, max_rate_msgs=config.max_rate_msgs, options=config.options,
+                    shared_key=(None if config.shared_key_file is None
+                                else load_shared_key(config.shared_key_file)))
     ok = False
     waited = 0.0
     try:

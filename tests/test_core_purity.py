@@ -5,8 +5,8 @@ import pathlib
 
 import pytest
 
-CORE = ["_bucket", "_codec", "_config", "_credit", "_episodes", "_errors", "_fill", "_flow",
-        "_rate", "_seqtrack", "_timeline"]
+CORE = ["_auth", "_bucket", "_codec", "_config", "_credit", "_episodes", "_errors", "_fill",
+        "_flow", "_rate", "_seqtrack", "_timeline"]
 FORBIDDEN = {"zmq", "pyspark", "threading", "socket", "time", "asyncio", "select",
              "random", "transports", "simulations", "spark_adapter"}
 ROOT = pathlib.Path(__file__).resolve().parents[1]

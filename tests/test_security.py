@@ -1,5 +1,7 @@
 """CURVE on both channels: only authorised senders' data is received, and feedback is
-heard only from the receivers (a forged NAK or CREDIT from any other key does nothing)."""
+heard only from the receivers (a forged NAK or CREDIT from any other key does nothing).
+The shared-key MAC (for multicast, where CURVE cannot go) does the same over tcp here
+and over epgm in tests/test_multicast.py."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 import pytest
 import zmq
 
-from nakflow import ConfigError, Credit, Nak, NakConfig, encode
+from nakflow import ConfigError, Credit, FrameAuth, Nak, NakConfig, SharedKey, encode
 from nakflow.receiver import Receiver
 from nakflow.sender import Sender
 from transports import Curve, EndpointError, SocketOptions
@@ -41,7 +43,8 @@ def curve(keys, who: str, *, server: bool = False) -> SocketOptions:
 
 
 class Forger:
-    """Publishes a forged feedback frame every 2 ms on a bound endpoint until stopped."""
+    """Publishes a forged frame (a Frame, or raw bytes) every 2 ms on a bound endpoint
+    until stopped."""
 
     def __init__(self, frame, options: SocketOptions | None = None) -> None:
         self.sock = zmq.Context.instance().socket(zmq.PUB)
@@ -51,7 +54,7 @@ class Forger:
             self.sock.curve_server = True
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
-        self.frame = encode(frame)
+        self.frame = frame if isinstance(frame, bytes) else encode(frame)
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -69,11 +72,11 @@ class Forger:
 
 
 def send_through(rx: Receiver, feedback: list[str], *, mode: str, options, count: int = 5_000,
-                 sender_id: str = "s1") -> dict:
+                 sender_id: str = "s1", shared_key: SharedKey | None = None) -> dict:
     # the floor keeps a sender that forged NAKs do cut from taking 100 s over 5,000 messages
     nak = NakConfig(min_rate_msgs=2_000)
     with Sender(rx.data_endpoints, feedback, mode=mode, sender_id=sender_id, epoch=1,
-                options=options, max_rate_msgs=10_000, nak=nak) as tx:
+                options=options, max_rate_msgs=10_000, nak=nak, shared_key=shared_key) as tx:
         tx.wait_for_receivers(1, timeout=10)
         for _ in range(count):
             tx.send(b"x" * 50)
@@ -168,3 +171,52 @@ def test_curve_misuse_is_a_clear_error(keys):
     bad = SocketOptions(curve=Curve(str(keys / "sender.key"), str(keys / "receivers.key")))
     with pytest.raises(EndpointError, match="no secret key"):
         Sender("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", options=bad)
+
+
+KEY = SharedKey(b"stream key, 32 bytes, not real!!")
+
+
+def test_shared_key_refuses_forged_wrong_key_and_replayed_naks_over_tcp():
+    forged = Nak("default", "mallory", 100, 100.0, time.time())
+    wrong_key = FrameAuth(SharedKey(b"m" * 32)).seal(encode(forged), now=time.time())
+    # a genuine frame as an eavesdropper would record it: sealed with the real key
+    captured = FrameAuth(KEY).seal(encode(Nak("default", "r-real", 100, 100.0, time.time())),
+                                   now=time.time())
+    forgers = [Forger(forged), Forger(wrong_key), Forger(captured)]
+    try:
+        with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", capacity_msgs=50_000,
+                      shared_key=KEY) as rx:
+            snap = send_through(rx, [*rx.feedback_endpoints, *(f.endpoint for f in forgers)],
+                                mode="nak", options=None, shared_key=KEY)
+            assert drain(rx, 5_000) == 5_000
+            rsnap = rx.snapshot()
+    finally:
+        for f in forgers:
+            f.close()
+    auth = snap["auth"]
+    print(snap["naks_received"], auth, {f.sent for f in forgers})
+    assert all(f.sent > 50 for f in forgers)
+    assert auth["unsigned"] > 50 and auth["unknown_key"] > 50 and auth["replayed"] > 50
+    assert sum(snap["naks_received"].values()) <= 1  # the first copy of the capture, at most
+    assert snap["cuts"] <= 1 and snap["sent"] == 5_000
+    assert rsnap["auth"]["opened"] > 5_000 / 256 and rsnap["malformed"] == 0
+
+
+def test_shared_key_receiver_refuses_data_from_senders_without_the_key():
+    other = SharedKey(b"m" * 32)
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", shared_key=KEY) as rx:
+        for who, key in (("plain", None), ("mallory", other)):
+            with Sender(rx.data_endpoints, rx.feedback_endpoints, sender_id=who,
+                        shared_key=key) as tx:
+                with pytest.raises(TimeoutError):  # its HELLOs are refused: no answer
+                    tx.wait_for_receivers(1, timeout=1.0)
+                for _ in range(100):
+                    tx.send(b"forged")
+        snap = send_through(rx, rx.feedback_endpoints, mode="nak", options=None,
+                            count=1_000, shared_key=KEY)
+        assert drain(rx, 1_000) == 1_000
+        rsnap = rx.snapshot()
+    assert {s["sender"] for s in rsnap["senders"]} == {"s1"} and snap["sent"] == 1_000
+    auth = rsnap["auth"]
+    assert auth["unsigned"] >= 100 and auth["unknown_key"] >= 100
+    assert rsnap["delivered"] == 1_000 and rsnap["malformed"] == 0

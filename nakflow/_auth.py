@@ -1,0 +1,184 @@
+"""Shared-key frame authentication (HMAC-SHA256), for where CURVE cannot go.
+
+CURVE secures tcp and ipc, but not multicast (epgm/pgm): anyone who can reach the
+groups can publish a NAK that throttles every sender, a CREDIT that lets one
+overrun a receiver, or DATA that receivers deliver. With a ``SharedKey`` every
+frame on both channels is sealed, and checked before it is decoded or acted on:
+
+    sealed = 0xC1 | 0x01 | key id (4) | counter (8, big-endian) | frame | tag (16)
+
+``0xC1`` is the one byte msgpack never uses, so a node without the key counts a
+sealed frame as malformed instead of misreading it. ``tag`` is HMAC-SHA256 over
+everything before it, truncated to 128 bits. ``key id`` names the key (so keys can
+be rotated: a verifier accepts the current key and any listed as ``accept``).
+
+Replays: ``counter`` is the sealing node's wall clock in microseconds, bumped to
+stay strictly above the last one it used (so it rises with every frame, and a
+restarted node starts above its last life). A verifier accepts a frame only if its
+counter is above the last one it accepted from that node (and, for senders, that
+epoch), and only if the counter, read as a time, is within ``max_age_s`` of the
+verifier's own clock. A frame recorded and played back later is therefore refused,
+and counted.
+
+What it does not do: it does not encrypt, and every holder of the key can speak
+for any node. Sans-I/O: no clock, no sockets; ``now`` comes in as an argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+from dataclasses import dataclass, field
+
+from ._codec import Bye, Credit, Data, End, Frame, Hello, Nak
+from ._errors import ConfigError, ProtocolError
+
+MAGIC = 0xC1  # "never used" in msgpack
+SCHEME = 0x01  # HMAC-SHA256/128 with a 64-bit counter
+KEY_ID_BYTES = 4
+COUNTER_BYTES = 8
+TAG_BYTES = 16
+HEADER_BYTES = 2 + KEY_ID_BYTES + COUNTER_BYTES
+OVERHEAD_BYTES = HEADER_BYTES + TAG_BYTES
+MIN_KEY_BYTES = 16
+#: Nodes whose last counter a verifier remembers; past this the least recently heard
+#: is forgotten (it could then be replayed once, within ``max_age_s``).
+MAX_NODES = 4096
+
+
+class AuthError(ProtocolError):
+    """A frame is not sealed with a key this node accepts, or its tag is wrong."""
+
+
+def origin(frame: Frame) -> tuple[str, int]:
+    """The node that sent ``frame``, as the replay check keys it: (node id, epoch).
+
+    A sender's incarnations (epochs) count apart, so two attempts of one Spark task
+    running at once do not refuse each other's frames; receivers use epoch 0.
+    """
+    if isinstance(frame, (Data, End)):
+        return frame.sender, frame.epoch
+    if isinstance(frame, (Hello, Bye)):
+        return frame.node, frame.epoch
+    if isinstance(frame, (Nak, Credit)):
+        return frame.receiver, 0
+    raise TypeError(f"not a frame: {frame!r}")
+
+
+def key_id(key: bytes) -> bytes:
+    """The 4-byte public name of a key (a hash of it; says nothing about the key)."""
+    return hashlib.sha256(b"nakflow key id\x00" + key).digest()[:KEY_ID_BYTES]
+
+
+@dataclass(frozen=True)
+class SharedKey:
+    """A secret every node of a stream holds (``nakflow keygen --shared`` makes one).
+
+    Args:
+        secret: the key, at least 16 bytes (keygen writes 32 random ones).
+        accept: older keys still accepted on input while a new one is rolled out.
+        max_age_s: refuse frames whose timestamp is further than this from the
+            verifier's clock (hosts' clocks must agree this well), s. None: no check.
+    """
+
+    secret: bytes = field(repr=False)
+    accept: tuple[bytes, ...] = field(default=(), repr=False)
+    max_age_s: float | None = 300.0
+
+    def __post_init__(self) -> None:
+        for k in (self.secret, *self.accept):
+            if not isinstance(k, bytes) or len(k) < MIN_KEY_BYTES:
+                raise ConfigError(f"a shared key must be at least {MIN_KEY_BYTES} bytes")
+        age = self.max_age_s
+        if age is not None and not (age > 0 and math.isfinite(age)):
+            raise ConfigError("max_age_s must be > 0 (or None)")
+        object.__setattr__(self, "accept", tuple(self.accept))
+
+    @classmethod
+    def parse(cls, text: str, **kwargs: object) -> SharedKey:
+        """A key from the hex text ``nakflow keygen --shared`` writes."""
+        try:
+            secret = bytes.fromhex(text.strip())
+        except ValueError:
+            raise ConfigError("a shared key file holds the key as hex digits") from None
+        return cls(secret, **kwargs)  # type: ignore[arg-type]
+
+
+class FrameAuth:
+    """Seals this node's frames and opens other nodes' (one per node and channel set).
+
+    Counts what it refuses: ``unsigned``, ``unknown_key``, ``bad_tag`` (in ``open``)
+    and ``replayed``, ``stale`` (in ``admit``).
+    """
+
+    def __init__(self, key: SharedKey, *, max_nodes: int = MAX_NODES) -> None:
+        self.key = key
+        self._secret = key.secret
+        self._prefix = bytes((MAGIC, SCHEME)) + key_id(key.secret)
+        self._keys = {key_id(k): k for k in (*key.accept, key.secret)}
+        self._counter = 0
+        self._last: dict[tuple[str, int], int] = {}
+        self.max_nodes = max_nodes
+        self.sealed = 0
+        self.opened = 0
+        self.unsigned = 0
+        self.unknown_key = 0
+        self.bad_tag = 0
+        self.replayed = 0
+        self.stale = 0
+
+    def seal(self, frame: bytes, *, now: float) -> bytes:
+        """The frame with header and tag. ``now``: this node's wall clock (s since 1970)."""
+        counter = max(self._counter + 1, int(now * 1e6))
+        if not 0 <= counter < 1 << 63:
+            raise ConfigError(f"wall clock out of range: {now!r}")
+        self._counter = counter
+        self.sealed += 1
+        head = self._prefix + counter.to_bytes(COUNTER_BYTES, "big")
+        msg = head + frame
+        return msg + hmac.digest(self._secret, msg, "sha256")[:TAG_BYTES]
+
+    def open(self, buf: bytes) -> tuple[memoryview, int]:
+        """(frame bytes, counter) of a sealed frame; AuthError if it is not one we accept.
+
+        Checks the tag only: call ``admit`` once the frame is decoded and its node known.
+        """
+        if len(buf) < OVERHEAD_BYTES + 1 or buf[0] != MAGIC or buf[1] != SCHEME:
+            self.unsigned += 1
+            raise AuthError("frame is not sealed (no shared-key MAC)")
+        key = self._keys.get(bytes(buf[2:2 + KEY_ID_BYTES]))
+        if key is None:
+            self.unknown_key += 1
+            raise AuthError("frame is sealed with a key this node does not hold")
+        view = memoryview(buf)
+        want = hmac.digest(key, view[:-TAG_BYTES], "sha256")[:TAG_BYTES]
+        if not hmac.compare_digest(want, view[-TAG_BYTES:]):
+            self.bad_tag += 1
+            raise AuthError("frame MAC does not match")
+        self.opened += 1
+        counter = int.from_bytes(view[2 + KEY_ID_BYTES:HEADER_BYTES], "big")
+        return view[HEADER_BYTES:-TAG_BYTES], counter
+
+    def admit(self, node: tuple[str, int], counter: int, *, now: float) -> bool:
+        """True if ``counter`` is above every one heard from ``node`` so far and, read as
+        a time, within ``max_age_s`` of ``now`` (this node's wall clock, s since 1970).
+        False counts the frame as replayed or stale."""
+        max_age = self.key.max_age_s
+        if max_age is not None and not abs(now - counter / 1e6) <= max_age:
+            self.stale += 1
+            return False
+        last = self._last.pop(node, None)
+        if last is not None and counter <= last:
+            self._last[node] = last
+            self.replayed += 1
+            return False
+        self._last[node] = counter  # re-inserted: the dict's order is least recently heard first
+        if len(self._last) > self.max_nodes:
+            del self._last[next(iter(self._last))]
+        return True
+
+    def snapshot(self) -> dict[str, int]:
+        return {"sealed": self.sealed, "opened": self.opened, "unsigned": self.unsigned,
+                "unknown_key": self.unknown_key, "bad_tag": self.bad_tag,
+                "replayed": self.replayed, "stale": self.stale, "nodes": len(self._last)}
