@@ -17,6 +17,11 @@ from ._errors import ConfigError, CreditViolation
 SenderKey = tuple[str, int]
 """A sender as receivers see it: (sender id, epoch)."""
 
+#: Peers a ledger (receivers) or a granter (senders) keeps at once. Past it a newcomer
+#: is refused and counted: memory stays bounded whatever ids arrive, and the peers
+#: already known keep their credit.
+MAX_PEERS = 4096
+
 
 class CreditLedger:
     """The sender side: each receiver's cumulative limit, and what may be sent now.
@@ -27,8 +32,11 @@ class CreditLedger:
     sender: that is what ACK mode exists to show.
     """
 
-    def __init__(self, config: AckConfig | None = None, *, next_seq: int = 0) -> None:
+    def __init__(self, config: AckConfig | None = None, *, next_seq: int = 0,
+                 max_receivers: int = MAX_PEERS) -> None:
         self.config = config if config is not None else AckConfig()
+        self.max_receivers = max_receivers
+        self.refused = 0
         if next_seq < 0:
             raise ConfigError("next_seq must be >= 0")
         self.next_seq = next_seq
@@ -55,6 +63,9 @@ class CreditLedger:
             limit = ceiling
         old = self._limits.get(receiver)
         if old is None:
+            if len(self._limits) >= self.max_receivers:
+                self.refused += 1
+                return
             self.joined += 1
             self._limits[receiver] = limit
             self._min_limit = None
@@ -124,6 +135,7 @@ class CreditLedger:
             "joined": self.joined,
             "left": self.left,
             "evicted": self.evicted,
+            "refused": self.refused,
         }
 
 
@@ -168,7 +180,7 @@ class CreditGranter:
     """
 
     def __init__(self, capacity_msgs: int, config: AckConfig | None = None,
-                 *, sender_timeout_s: float = 30.0) -> None:
+                 *, sender_timeout_s: float = 30.0, max_senders: int = MAX_PEERS) -> None:
         if capacity_msgs < 1:
             raise ConfigError("capacity_msgs must be >= 1")
         self.capacity_msgs = capacity_msgs
@@ -176,6 +188,8 @@ class CreditGranter:
         self.sender_timeout_s = sender_timeout_s
         self._senders: dict[SenderKey, _SenderState] = {}
         self._orphaned = 0  # queued messages of senders since forgotten
+        self.max_senders = max_senders
+        self.refused = 0
         self.credits_sent = 0
 
     @property
@@ -192,6 +206,9 @@ class CreditGranter:
         ``waiting``: it said it is waiting for credit (a sender repeats HELLO then)."""
         st = self._senders.get(sender)
         if st is None:
+            if len(self._senders) >= self.max_senders:
+                self.refused += 1  # it gets no credit until others leave or time out
+                return
             st = self._senders[sender] = _SenderState(next_seq, now)
             if waiting:
                 st.waiting_t = now
@@ -265,4 +282,4 @@ class CreditGranter:
 
     def snapshot(self) -> dict[str, Any]:
         return {"senders": len(self._senders), "credits_sent": self.credits_sent,
-                "window": self.window()}
+                "window": self.window(), "senders_refused": self.refused}

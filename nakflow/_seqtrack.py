@@ -9,16 +9,27 @@ For each (sender id, epoch) the tracker keeps apart:
 With ``drop_duplicates`` a seq already delivered for the same *sender id* (any
 epoch) is not delivered again: a retried Spark task re-sends its partition
 under a new epoch and is delivered once.
+
+Memory is bounded whatever arrives (a flood of made-up sender ids included): at
+most ``max_streams`` streams (the oldest ended one is forgotten first, then the
+least recently heard), and seen-sets of at most ``max_streams`` sender ids with at
+most MAX_INTERVALS gaps each and MAX_INTERVALS_TOTAL over all of them (the least
+recently heard sender's set is forgotten first). What
+is forgotten can only make a late duplicate count as new, and is counted in
+``evicted``.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 Ranges = list[tuple[int, int]]
-MAX_INTERVALS = 4096  # per sender id; beyond it the oldest are merged (bounded memory)
+MAX_INTERVALS = 1024  # per sender id; beyond it the oldest are merged (bounded memory)
+MAX_INTERVALS_TOTAL = 65_536  # over all sender ids; beyond it the stalest set is forgotten
+MAX_STREAMS = 10_000
 
 
 @dataclass
@@ -82,20 +93,25 @@ class _IntervalSet:
 class SequenceTracker:
     """Turns (sender, epoch, seq, count) arrivals into ranges to deliver and counters."""
 
-    def __init__(self, *, drop_duplicates: bool = False, max_streams: int = 100_000) -> None:
+    def __init__(self, *, drop_duplicates: bool = False, max_streams: int = MAX_STREAMS) -> None:
         self.drop_duplicates = drop_duplicates
         self.max_streams = max_streams
         self.streams: dict[tuple[str, int], StreamState] = {}
-        self._seen: dict[str, _IntervalSet] = {}
+        self._ended: dict[tuple[str, int], None] = {}  # ended streams, oldest END first
+        self._seen: dict[str, _IntervalSet] = {}  # least recently heard first
+        self._intervals = 0  # over all of _seen
         self.evicted = 0
+        self.seen_evicted = 0
 
     def on_data(self, sender: str, epoch: int, seq: int, count: int) -> Ranges:
         """Account a DATA frame; return the index ranges of its payloads to deliver."""
         key = (sender, epoch)
-        st = self.streams.get(key)
+        streams = self.streams
+        st = streams.pop(key, None)  # re-inserted last: streams run least recently heard first
         if st is None:
             self._make_room()
-            st = self.streams[key] = StreamState(first_seq=seq, next_seq=seq)
+            st = StreamState(first_seq=seq, next_seq=seq)
+        streams[key] = st
         end = seq + count
         st.received += count
         if seq > st.next_seq:
@@ -106,10 +122,18 @@ class SequenceTracker:
         if not self.drop_duplicates:
             st.duplicates += overlap
             return [(0, count)]
-        seen = self._seen.get(sender)
+        seen = self._seen.pop(sender, None)
         if seen is None:
-            seen = self._seen[sender] = _IntervalSet()
+            seen = _IntervalSet()
+        self._seen[sender] = seen  # (re)inserted last: the most recently heard
+        before = len(seen.starts)
         fresh = seen.subtract_and_add(seq, end)
+        self._intervals += len(seen.starts) - before
+        while ((self._intervals > MAX_INTERVALS_TOTAL or len(self._seen) > self.max_streams)
+               and len(self._seen) > 1):
+            oldest = next(iter(self._seen))
+            self._intervals -= len(self._seen.pop(oldest).starts)
+            self.seen_evicted += 1
         st.duplicates += count - sum(hi - lo for lo, hi in fresh)
         return [(lo - seq, hi - seq) for lo, hi in fresh]
 
@@ -126,13 +150,19 @@ class SequenceTracker:
                 st.lost += final_seq - st.next_seq
                 st.next_seq = final_seq
             st.final_seq = final_seq
+            self._ended[key] = None
         return st
 
     def _make_room(self) -> None:
-        if len(self.streams) >= self.max_streams:  # forget the oldest ended stream first
-            victim = next((k for k, s in self.streams.items() if s.final_seq is not None),
-                          next(iter(self.streams)))
+        """Forget streams until there is room for one more: the oldest ended first."""
+        while len(self.streams) >= self.max_streams:
+            victim = next(iter(self._ended), None)
+            if victim is None:
+                victim = next(iter(self.streams))
+            else:
+                del self._ended[victim]
             del self.streams[victim]
+            self._ended.pop(victim, None)
             self.evicted += 1
 
     def epochs_of(self, sender: str) -> list[int]:
@@ -149,8 +179,9 @@ class SequenceTracker:
 
     def per_sender(self) -> list[dict[str, Any]]:
         rows = []
+        epochs = Counter(s for s, _ in self.streams)
         for (sender, epoch), st in sorted(self.streams.items()):
-            resent = len(self.epochs_of(sender)) > 1
+            resent = epochs[sender] > 1
             status = "complete" if st.complete else "incomplete"
             rows.append({"sender": sender, "epoch": epoch, "status": status, "re_sent": resent,
                          "received": st.received, "lost": st.lost,

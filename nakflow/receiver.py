@@ -41,7 +41,7 @@ from ._config import AckConfig, NakConfig, check_mode
 from ._episodes import BackpressureEpisodes
 from ._errors import ConfigError, ProtocolError
 from ._flow import is_other_modes_feedback, make_receiver_flow
-from ._seqtrack import SequenceTracker
+from ._seqtrack import MAX_STREAMS, SequenceTracker
 from ._timeline import Timeline
 
 log = logging.getLogger("nakflow.receiver")
@@ -91,6 +91,8 @@ class Receiver:
         shared_key: accept only frames sealed with this key (replays refused) and seal
             this receiver's feedback (HMAC-SHA256; see ``nakflow._auth``). For multicast,
             where CURVE cannot go.
+        max_streams: (sender, epoch) streams accounted at once; past it the oldest
+            ended one is forgotten (bounds memory whatever arrives).
 
     Raises:
         ConfigError, transports.EndpointError, zmq.ZMQError (e.g. address in use).
@@ -107,7 +109,8 @@ class Receiver:
                  handler: Callable[[Message], object] | None = None,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  timeline_interval_s: float = 0.05,
-                 shared_key: SharedKey | None = None) -> None:
+                 shared_key: SharedKey | None = None,
+                 max_streams: int = MAX_STREAMS) -> None:
         self.mode = check_mode(mode)
         if overflow not in OVERFLOW_POLICIES:
             raise ConfigError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
@@ -125,7 +128,9 @@ class Receiver:
         self._mac = (None if shared_key is None
                       else FrameAuth(shared_key))
         self._warned_auth = False
-        self._tracker = SequenceTracker(drop_duplicates=drop_duplicates)
+        if max_streams < 1:
+            raise ConfigError("max_streams must be >= 1")
+        self._tracker = SequenceTracker(drop_duplicates=drop_duplicates, max_streams=max_streams)
         self._episodes = BackpressureEpisodes(capacity_msgs)
         self._chunk = max(1, min(256, capacity_msgs // 20))
         ack_cfg = ack or AckConfig()
@@ -188,7 +193,7 @@ class Receiver:
         self._behind_since: float | None = None
         self._window_s = (nak or NakConfig()).window_s
         self._ends: dict[tuple[str, int], int] = {}
-        self._senders_heard: set[tuple[str, int]] = set()
+        self._hellos: dict[tuple[str, int], None] = {}  # senders heard saying HELLO
         self._warned_mode = False
         self.frames_in = 0
         self.messages_in = 0
@@ -291,7 +296,9 @@ class Receiver:
         return len(self._queue)
 
     def ends(self) -> dict[tuple[str, int], int]:
-        """END frames seen: (sender, epoch) -> final seq."""
+        """END frames seen: (sender, epoch) -> final seq. Only of streams this receiver
+        heard before their END (DATA or HELLO; a sender that sent nothing says HELLO before
+        END), so a stranger's END cannot make ``wait_for_ends`` return early."""
         return dict(self._ends)
 
     def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
@@ -536,17 +543,25 @@ class Receiver:
             if frame.mode != self.mode:
                 self._warn_mode(f"sender {frame.node} runs mode {frame.mode!r}")
             # a sender repeats HELLO while it waits (for receivers, or for credit)
-            self._flow.on_sender((frame.node, frame.epoch), frame.next_seq, now=now,
-                                 waiting=True)
+            key = (frame.node, frame.epoch)
+            self._flow.on_sender(key, frame.next_seq, now=now, waiting=True)
+            if key not in self._hellos:
+                self._hellos[key] = None
+                if len(self._hellos) > self._tracker.max_streams:
+                    del self._hellos[next(iter(self._hellos))]
             self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, frame.node,
                              now + self._wall_offset))
         elif isinstance(frame, End):
             key = (frame.sender, frame.epoch)
+            heard = key in self._hellos or key in self._tracker.streams
             self._tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
             self._flow.on_sender_gone(key)
-            with self._cond:
-                self._ends[key] = frame.final_seq
-                self._cond.notify_all()
+            if heard:
+                with self._cond:
+                    self._ends[key] = frame.final_seq
+                    if len(self._ends) > self._tracker.max_streams:  # bounded, like the tracker
+                        del self._ends[next(iter(self._ends))]
+                    self._cond.notify_all()
         elif isinstance(frame, Bye) and frame.role == "sender":
             # after END this changes nothing; without END (an aborted sender) its stream
             # stays incomplete and its credit window is freed for the others
@@ -561,7 +576,6 @@ class Receiver:
         if self._t_first_data is None:
             self._t_first_data = time.time()
         self.messages_in += count
-        self._senders_heard.add(key)
         ranges = self._tracker.on_data(sender, epoch, seq, count)
         self._flow.on_sender(key, seq + count, now=time.monotonic())
         pend = self._pending
@@ -659,6 +673,7 @@ class Receiver:
             "lost": totals["lost"],
             "missed_before_join": totals["missed_before_join"],
             "duplicates": totals["duplicates"],
+            "streams_evicted": self._tracker.evicted,
             "malformed": self.malformed,
             "foreign": self.foreign,
             "auth": None if self._mac is None else self._mac.snapshot(),

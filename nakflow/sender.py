@@ -46,6 +46,16 @@ FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feed
 ALLOWANCE_MSGS = 256
 MAX_BATCH_MSGS = 1024  # payloads per DATA frame in send_batch
 MAX_BATCH_BYTES = 256 * 1024
+#: Receivers remembered by id for presence (HELLO); past it the least recently heard is
+#: forgotten, so made-up ids cannot grow memory.
+MAX_PEERS = 4096
+
+
+def _remember(peers: dict[str, None], node: str) -> None:
+    peers.pop(node, None)
+    peers[node] = None
+    if len(peers) > MAX_PEERS:
+        del peers[next(iter(peers))]
 
 
 class Sender:
@@ -117,9 +127,10 @@ class Sender:
         self._frames_saved = 0  # messages that shared a DATA frame with another
         self._closed = False
         self._ended = False
-        self._receivers_heard: set[str] = set()
-        self._echoed: set[str] = set()
+        self._receivers_heard: dict[str, None] = {}
+        self._echoed: dict[str, None] = {}
         self._warned_mode = False
+        self._said_hello = False
         self.bytes = 0
         self.blocked_s = 0.0
         self.credit_stalled_s = 0.0
@@ -304,14 +315,14 @@ class Sender:
             self.feedback_frames += 1
             if isinstance(frame, Hello):
                 if frame.role == "receiver":
-                    self._receivers_heard.add(frame.node)
+                    _remember(self._receivers_heard, frame.node)
                     if frame.echo == self.sender_id:
-                        self._echoed.add(frame.node)
+                        _remember(self._echoed, frame.node)
                     if frame.mode != self.mode:
                         self._warn_mode(f"receiver {frame.node} runs mode {frame.mode!r}")
             elif isinstance(frame, Bye):
                 if frame.role == "receiver":
-                    self._receivers_heard.discard(frame.node)
+                    self._receivers_heard.pop(frame.node, None)
                     if isinstance(self._flow, AckFlow):
                         self._flow.on_receiver_bye(frame.node)
             elif is_other_modes_feedback(frame, self.mode):
@@ -333,6 +344,7 @@ class Sender:
                         what)
 
     def _hello(self, now: float) -> None:
+        self._said_hello = True
         self._next_hello = now + self.hello_interval_s
         hello = Hello(self.stream, self.sender_id, "sender", self.mode, self.epoch, self.seq,
                       "", now + self._wall_offset)
@@ -352,7 +364,7 @@ class Sender:
         flow = self._flow
         while True:
             now = time.monotonic()
-            ready = self._echoed
+            ready = set(self._echoed)
             if isinstance(flow, AckFlow):
                 ready = ready & set(flow.ledger.receivers)
             if len(ready) >= n:
@@ -369,6 +381,8 @@ class Sender:
         self._give_back()
         now = time.monotonic()
         self._read_feedback(now, 0.0)
+        if self.seq == 0 and not self._said_hello:  # receivers count ENDs of streams heard
+            self._hello(now)
         self._out(encode(End(self.stream, self.sender_id, self.epoch, self.seq,
                                   now + self._wall_offset)))
         self._ended = True

@@ -250,3 +250,17 @@ def test_a_quiet_sender_keeps_its_reservation():
     g.on_sender(a, 0, now=3.0, waiting=True)  # now A says it waits (blocked elsewhere)
     g.on_sender(b, 0, now=3.0)
     assert dict(g.poll(now=3.01)).get(b, 0) > 0  # after idle_credit_s, A's credit is lent
+
+
+def test_made_up_peers_are_refused_past_the_cap_and_known_ones_keep_their_credit():
+    ledger = CreditLedger(AckConfig(), max_receivers=3)
+    for r in ("a", "b", "c", "mallory-1", "mallory-2"):
+        ledger.on_credit(r, 100, now=0.0)
+    assert ledger.receivers == ["a", "b", "c"] and ledger.snapshot()["refused"] == 2
+    assert ledger.sendable(now=0.1) == 100
+    granter = CreditGranter(1_000, AckConfig(), max_senders=2)
+    for key in (("s1", 0), ("s2", 0), ("fake", 0), ("fake", 1)):
+        granter.on_sender(key, 0, now=0.0)
+    assert granter.senders == [("s1", 0), ("s2", 0)]
+    assert granter.snapshot()["senders_refused"] == 2
+    assert dict(granter.poll(now=0.0)) == {("s1", 0): 500, ("s2", 0): 500}

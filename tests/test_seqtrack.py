@@ -58,3 +58,33 @@ def test_dedup_delivers_every_seq_exactly_once(frames):
             delivered.extend(range(seq + lo, seq + hi))
     want = sorted({s for seq, n in frames for s in range(seq, seq + n)})
     assert sorted(delivered) == want and len(delivered) == len(set(delivered))
+
+
+def test_memory_is_bounded_whatever_ids_and_seqs_arrive():
+    """A flood of made-up sender ids with random seqs (drop_duplicates keeps a set of
+    seen seqs per id) stays within max_streams and MAX_INTERVALS_TOTAL, forgets ended
+    streams before live ones, and keeps accounting the real stream exactly."""
+    import random
+
+    from nakflow._seqtrack import MAX_INTERVALS_TOTAL
+
+    rng = random.Random(3)
+    t = SequenceTracker(drop_duplicates=True, max_streams=1_000)
+    for i in range(200):  # streams that ended long ago
+        t.on_data(f"old-{i}", 0, 0, 1)
+        t.on_end(f"old-{i}", 0, 1)
+    real_seq = 0
+    for i in range(60_000):
+        if i % 10 == 0:
+            assert t.on_data("real", 1, real_seq, 2) == [(0, 2)]
+            real_seq += 2
+        t.on_data(f"fake-{rng.randrange(30_000)}", rng.randrange(3),
+                  rng.randrange(1 << 40), rng.randrange(1, 5))
+        if i == 1_100:  # 200 ended + ~1,100 others: the ended were forgotten
+            assert not any(k[0].startswith("old-") for k in t.streams)  # ended go first
+    assert len(t.streams) <= 1_000 and t.evicted >= 50_000
+    assert sum(len(s.starts) for s in t._seen.values()) <= MAX_INTERVALS_TOTAL
+    assert len(t._seen) <= 1_000
+    real = t.streams[("real", 1)]  # heard every 10 frames: never the least recently heard
+    assert (real.received, real.lost, real.missed_before_join, real.duplicates) == (12_000, 0,
+                                                                                    0, 0)

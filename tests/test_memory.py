@@ -1,0 +1,164 @@
+"""Memory under load, measured on real processes (RSS from /proc).
+
+* A flood of valid frames with made-up ids on both channels (new sender ids,
+  epochs and seqs on the data channel; new receiver ids in HELLO, CREDIT and BYE on
+  the feedback channel) while a real stream flows: once the per-peer tables are
+  full, RSS stops growing, and the real stream is delivered whole.
+* The soak: a sender at 80 % of the slow receiver's capacity for NAKFLOW_SOAK_S
+  seconds (60 in CI; the issue's long run is 600): RSS of the sender and of both
+  receivers stays flat after warm-up (growth < 5 %), with nothing lost or dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import time
+
+import pytest
+import zmq
+
+from nakflow import Bye, Credit, Data, End, Hello, encode
+from nakflow._local import LocalReceivers, ReceiverSpec, nakflow_cmd
+from tests.rss import RssSampler, rss_kib
+
+pytestmark = pytest.mark.slow
+GROWTH_LIMIT = 0.05
+SOAK_S = float(os.environ.get("NAKFLOW_SOAK_S", "60"))
+
+
+def start_sender(data: list[str], feedback: list[str], *, mode: str, extra: list[str]
+                 ) -> subprocess.Popen[str]:
+    args = ["send", "--data", ",".join(data), "--feedback", ",".join(feedback), "--mode", mode,
+            "--id", "real", "--json", *extra]
+    return subprocess.Popen(nakflow_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout_s: float) -> dict:
+    out, err = proc.communicate(timeout=timeout_s)
+    assert proc.returncode == 0, err[-2000:]
+    report: dict = json.loads(out.strip().splitlines()[-1])
+    return report
+
+
+def settled_rss(pid: int) -> int:
+    """Median of three samples 0.2 s apart, KiB."""
+    values = []
+    for _ in range(3):
+        time.sleep(0.2)
+        kib = rss_kib(pid)
+        assert kib is not None, f"process {pid} exited"
+        values.append(kib)
+    return sorted(values)[1]
+
+
+def junk_data(rng: random.Random) -> bytes:
+    sender = f"fake-{rng.randrange(1 << 40):x}"
+    k = rng.randrange(4)
+    if k == 0:
+        return encode(Hello("default", sender, "sender", "nak", rng.randrange(1 << 40), 0, "",
+                            time.time()))
+    if k == 1:
+        return encode(End("default", sender, rng.randrange(1 << 40), rng.randrange(1 << 40),
+                          time.time()))
+    seq = rng.randrange(1 << 40)
+    return encode(Data("default", sender, rng.randrange(1 << 40), seq, time.time(), (b"fake",)))
+
+
+def junk_feedback(rng: random.Random) -> bytes:
+    receiver = f"mallory-{rng.randrange(1 << 40):x}"
+    k = rng.randrange(3)
+    if k == 0:  # echoes the real sender: it would count as an answering receiver
+        return encode(Hello("default", receiver, "receiver", "nak", 0, 0, "real", time.time()))
+    if k == 1:
+        return encode(Credit("default", receiver, "real", 0, rng.randrange(1 << 40), time.time()))
+    return encode(Bye("default", f"gone-{rng.randrange(1 << 40):x}", "receiver", 0, time.time()))
+
+
+def test_a_flood_of_made_up_ids_does_not_grow_memory_past_the_tables():
+    rng = random.Random(5)
+    phase_frames, phases = 40_000, 3
+    ctx = zmq.Context.instance()
+    specs = [ReceiverSpec("rx", capacity_msgs=50_000, drop_duplicates=True)]
+    with LocalReceivers(specs, mode="nak", duration_s=180) as rx:
+        rx.wait_ready()
+        jd = ctx.socket(zmq.PUB)
+        jd.setsockopt(zmq.SNDHWM, 0)
+        jd.connect(rx.data[0])
+        jf = ctx.socket(zmq.PUB)
+        jf.setsockopt(zmq.SNDHWM, 0)
+        port = jf.bind_to_random_port("tcp://127.0.0.1")
+        sender = start_sender(rx.data, [*rx.feedback, f"tcp://127.0.0.1:{port}"], mode="nak",
+                              extra=["--count", "200000", "--max-rate", "10000",
+                                     "--wait-receivers", "1"])
+        rx_pid, tx_pid = rx.procs[0].pid, sender.pid
+        rss: list[tuple[int, int]] = []
+        try:
+            time.sleep(2.0)  # both are up and the real stream flows
+            for _ in range(phases):
+                for i in range(phase_frames):
+                    jd.send(junk_data(rng))
+                    jf.send(junk_feedback(rng))
+                    if i % 20 == 0:
+                        time.sleep(0.001)  # ~15k frames/s on each channel
+                rss.append((settled_rss(rx_pid), settled_rss(tx_pid)))
+            assert sender.poll() is None, "the real stream ended before the flood did"
+            tx = finish(sender, 120)
+            reports = rx.results(120)
+        finally:
+            jd.close(0)
+            jf.close(0)
+            if sender.poll() is None:
+                sender.kill()
+    r = reports[0]
+    real = next(s for s in r["senders"] if s["sender"] == "real")
+    print({"rss_kib_after_each_phase (rx, tx)": rss, "streams_evicted": r["streams_evicted"],
+           "rx_foreign": r["foreign"], "tx_receivers": tx["receivers"],
+           "real": real, "sent": tx["sent"]})
+    (rx1, tx1), (rx3, tx3) = rss[0], rss[-1]
+    assert rx3 <= rx1 * (1 + GROWTH_LIMIT), f"receiver RSS grew {rx1} -> {rx3} KiB"
+    assert tx3 <= tx1 * (1 + GROWTH_LIMIT), f"sender RSS grew {tx1} -> {tx3} KiB"
+    assert r["streams_evicted"] > phase_frames  # the flood did fill the tables
+    assert tx["receivers"] <= 4096 and r["error"] is None
+    assert real["status"] == "complete" and real["lost"] == 0 and real["missed_before_join"] == 0
+    assert real["received"] == tx["sent"] == 200_000 and r["dropped"] == 0
+
+
+@pytest.mark.parametrize("mode", ["nak", "ack"])
+def test_soak_at_80_percent_of_the_slow_receiver_rss_flat_nothing_lost(mode: str) -> None:
+    slow_rate = 5_000.0
+    specs = [ReceiverSpec("slow", consume_rate_msgs=slow_rate, capacity_msgs=5_000),
+             ReceiverSpec("fast", capacity_msgs=5_000)]
+    with LocalReceivers(specs, mode=mode, duration_s=SOAK_S + 120) as rx:
+        rx.wait_ready()
+        sender = start_sender(rx.data, rx.feedback, mode=mode,
+                              extra=["--duration", str(SOAK_S), "--max-rate",
+                                     str(0.8 * slow_rate), "--wait-receivers", "2"])
+        pids = {"sender": sender.pid, **{s.name: p.pid for s, p in zip(specs, rx.procs,
+                                                                       strict=True)}}
+        sampler = RssSampler(pids, interval_s=1.0)
+        try:
+            tx = finish(sender, SOAK_S + 120)
+            reports = rx.results(120)
+        finally:
+            sampler.stop()
+            if sender.poll() is None:
+                sender.kill()
+    warm = min(20.0, SOAK_S / 3)
+    growth = {}
+    for name in pids:
+        base = sampler.median_between(name, warm - 5, warm)
+        end = sorted(sampler.last(name, 5))[2]
+        growth[name] = (base, end, round(end / base - 1, 4))
+    print({"mode": mode, "soak_s": SOAK_S, "sent": tx["sent"], "rate": tx["rate_msgs"],
+           "rss_kib (after warm-up, at end, growth)": growth,
+           "receivers": {r["receiver_id"]: (r["delivered"], r["dropped"], r["lost"],
+                                            r["queue_peak"]) for r in reports}})
+    assert tx["sent"] >= 0.5 * 0.8 * slow_rate * SOAK_S  # it did run at about that rate
+    for r in reports:
+        assert (r["delivered"], r["dropped"], r["lost"]) == (tx["sent"], 0, 0), r["receiver_id"]
+    for name, (_, _, g) in growth.items():
+        assert g < GROWTH_LIMIT, f"{name} RSS grew {g:.1%} after warm-up"
