@@ -127,8 +127,14 @@ class AckConfig:
     #: then costs what a dead receiver costs, and a merely slow or CPU-starved receiver
     #: elsewhere (1 s was seen under load) does not trigger it.
     idle_credit_s: float = 5.0
+    #: A sender not heard for this long is forgotten by a receiver, and the queue room its
+    #: credit reserved is free again, s. (Until then a sender that is merely quiet keeps
+    #: it: so does a forged one, on a channel without CURVE or a shared key.)
+    sender_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
+        if not self.sender_timeout_s > 0:
+            raise ConfigError("sender_timeout_s must be > 0")
         if not self.receiver_timeout_s > 0 or not self.heartbeat_s > 0:
             raise ConfigError("receiver_timeout_s and heartbeat_s must be > 0")
         if self.min_receivers < 0:

@@ -180,12 +180,13 @@ class CreditGranter:
     """
 
     def __init__(self, capacity_msgs: int, config: AckConfig | None = None,
-                 *, sender_timeout_s: float = 30.0, max_senders: int = MAX_PEERS) -> None:
+                 *, sender_timeout_s: float | None = None, max_senders: int = MAX_PEERS) -> None:
         if capacity_msgs < 1:
             raise ConfigError("capacity_msgs must be >= 1")
         self.capacity_msgs = capacity_msgs
         self.config = config if config is not None else AckConfig()
-        self.sender_timeout_s = sender_timeout_s
+        self.sender_timeout_s = (self.config.sender_timeout_s if sender_timeout_s is None
+                                 else sender_timeout_s)
         self._senders: dict[SenderKey, _SenderState] = {}
         self._orphaned = 0  # queued messages of senders since forgotten
         self.max_senders = max_senders

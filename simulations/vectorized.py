@@ -118,13 +118,14 @@ class VecCreditGranter:
     """
 
     def __init__(self, senders: int, capacity_msgs: npt.ArrayLike,
-                 config: AckConfig | None = None, *, sender_timeout_s: float = 30.0) -> None:
+                 config: AckConfig | None = None, *, sender_timeout_s: float | None = None) -> None:
         cap = np.asarray(capacity_msgs, dtype=np.int64)
         if cap.ndim != 1 or (cap < 1).any():
             raise ValueError("capacity_msgs must be a 1-D array of values >= 1")
         self.capacity = cap
         self.config = config if config is not None else AckConfig()
-        self.sender_timeout_s = sender_timeout_s
+        self.sender_timeout_s = (self.config.sender_timeout_s if sender_timeout_s is None
+                                 else sender_timeout_s)
         shape = (senders, cap.shape[0])
         self.known = np.zeros(shape, np.bool_)
         self.position = np.zeros(shape, np.int64)

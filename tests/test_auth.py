@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from nakflow import (
@@ -25,6 +25,7 @@ from nakflow import (
 )
 from nakflow._auth import OVERHEAD_BYTES, origin
 from nakflow.keyfile import load_shared_key
+from tests.fuzz import budget
 
 KEY = SharedKey(b"k" * 32)
 NAK = encode(Nak("s", "r1", 100, 100.0, 1_000.0))
@@ -46,7 +47,7 @@ def test_a_sealed_frame_opens_to_the_same_frame_with_the_clock_as_a_rising_count
     assert len(signer.seal(NAK, now=T)) == len(NAK) + OVERHEAD_BYTES
 
 
-@settings(max_examples=300, deadline=None)
+@budget(300)
 @given(st.data())
 def test_any_changed_bit_is_refused(data):
     signer, verifier = pair()
@@ -58,7 +59,7 @@ def test_any_changed_bit_is_refused(data):
     assert verifier.unsigned + verifier.unknown_key + verifier.bad_tag == 1
 
 
-@settings(max_examples=500, deadline=None)
+@budget(500)
 @given(st.binary(max_size=200))
 def test_random_bytes_raise_auth_error_only(buf):
     _, verifier = pair()
@@ -66,7 +67,7 @@ def test_random_bytes_raise_auth_error_only(buf):
         verifier.open(buf)
 
 
-@settings(max_examples=200, deadline=None)
+@budget(200)
 @given(st.binary(min_size=1, max_size=200))
 def test_random_bytes_behind_a_valid_tag_raise_protocol_errors_only(junk):
     """A key holder that seals garbage gets it counted as malformed, nothing worse."""

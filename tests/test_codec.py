@@ -20,20 +20,7 @@ from nakflow import (
     encode_data,
 )
 from nakflow._codec import decode_data
-
-names = st.text(min_size=1, max_size=20)
-u63 = st.integers(0, 2**63 - 1)
-ts = st.floats(allow_nan=False, allow_infinity=False)
-frames = st.one_of(
-    st.builds(Data, names, names, u63, u63, ts,
-              st.lists(st.binary(max_size=40), min_size=1, max_size=5).map(tuple)),
-    st.builds(Nak, names, names, st.integers(1, 100), st.floats(0, 1000), ts),
-    st.builds(Credit, names, names, names, u63, u63, ts),
-    st.builds(Hello, names, names, st.sampled_from(["sender", "receiver"]),
-              st.sampled_from(["nak", "ack", "none"]), u63, u63, st.text(max_size=5), ts),
-    st.builds(Bye, names, names, st.sampled_from(["sender", "receiver"]), u63, ts),
-    st.builds(End, names, names, u63, u63, ts),
-)
+from tests.fuzz import budget, frames
 
 EXAMPLES = [
     Data("s", "p0", 3, 100, 1.5, (b"a", b"", b"xyz")),
@@ -46,6 +33,7 @@ EXAMPLES = [
 
 
 @given(frames)
+@budget(300)
 def test_round_trip(frame):
     assert decode(encode(frame)) == frame
 
@@ -68,6 +56,7 @@ def test_whole_truncated_at_every_byte_and_with_trailing_bytes(frame):
 
 
 @given(st.binary(max_size=300))
+@budget(1000)
 def test_arbitrary_bytes_decode_or_raise_protocol_error(buf):
     with contextlib.suppress(ProtocolError):
         decode(buf)
@@ -78,6 +67,7 @@ scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.flo
 
 
 @given(st.recursive(scalars, lambda c: st.lists(c, max_size=8), max_leaves=30))
+@budget(300)
 def test_arbitrary_msgpack_values_decode_or_raise_protocol_error(obj):
     with contextlib.suppress(ProtocolError):
         decode(msgpack.packb([1, 1, *obj]) if isinstance(obj, list) else msgpack.packb(obj))
@@ -123,6 +113,7 @@ def _both(buf):
 
 
 @given(frames)
+@budget(300)
 def test_decode_data_hot_path_agrees_with_decode_on_frames(frame):
     full, fast = _both(encode(frame))
     if isinstance(full, Data) and type(full.ts) is float:
@@ -133,6 +124,7 @@ def test_decode_data_hot_path_agrees_with_decode_on_frames(frame):
 
 
 @given(st.recursive(scalars, lambda c: st.lists(c, max_size=8), max_leaves=30))
+@budget(300)
 def test_decode_data_hot_path_agrees_with_decode_on_anything(obj):
     buf = msgpack.packb([1, 1, *obj]) if isinstance(obj, list) else msgpack.packb(obj)
     full, fast = _both(buf)

@@ -1,5 +1,6 @@
 """Crashes with real processes: a sender killed and restarted (a new epoch), and a
-receiver killed and restarted on the same endpoints mid-stream."""
+receiver killed and restarted on the same endpoints mid-stream (in ``ack`` mode the
+dead one is evicted after the timeout)."""
 
 from __future__ import annotations
 
@@ -60,30 +61,44 @@ def test_sender_killed_and_restarted_is_a_new_epoch():
     assert rep["delivered"] == killed["received"] + 3_000
 
 
-def test_receiver_killed_and_restarted_resynchronises_others_unaffected():
-    """NAK mode, three receivers; one is killed 1 s in and restarted on the same endpoints
-    1 s later. The others lose nothing; the restarted one reports what it missed as
-    missed before it joined, and nothing lost after."""
+@pytest.mark.parametrize("mode", ["nak", "ack"])
+def test_receiver_killed_and_restarted_resynchronises_others_unaffected(mode: str):
+    """Three receivers; one is killed 1.5 s in and restarted on the same endpoints.
+
+    ``nak``: restarted 1 s later; the sender never waits for it. ``ack``: the sender
+    stalls on the dead receiver's credit until the ledger evicts it after
+    ``receiver_timeout_s`` (5 s), then goes on; the receiver is restarted 7 s after the
+    kill and is granting again. Either way the others lose nothing, and the restarted
+    one reports what it missed as missed before it joined, and nothing lost after.
+    """
     ends = [(f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
             for _ in range(3)]
-    rxs = [receiver(d, f, f"r{i}", "--senders", "1", "--duration", "60")
-           for i, (d, f) in enumerate(ends)]
+    opts = ("--mode", mode, "--capacity", "2000", "--senders", "1", "--duration", "90")
+    rxs = [receiver(d, f, f"r{i}", *opts) for i, (d, f) in enumerate(ends)]
     time.sleep(0.5)
-    count, rate = 20_000, 5_000
+    count, rate = 40_000, 5_000
     sender = subprocess.Popen(nakflow_cmd("send", "--data", ",".join(d for d, _ in ends),
                                           "--feedback", ",".join(f for _, f in ends),
-                                          "--id", "S", "--count", str(count), "--max-rate",
-                                          str(rate), "--wait-receivers", "3", "--json"),
+                                          "--mode", mode, "--id", "S", "--count", str(count),
+                                          "--max-rate", str(rate), "--wait-receivers", "3",
+                                          "--json"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.5)
     rxs[2].send_signal(signal.SIGKILL)
     rxs[2].communicate()
-    time.sleep(1.0)
-    rxs[2] = receiver(*ends[2], "r2", "--senders", "1", "--duration", "60")
-    s = report(sender)
+    time.sleep(1.0 if mode == "nak" else 7.0)
+    rxs[2] = receiver(*ends[2], "r2", *opts)
+    s = report(sender, timeout=90)
     assert s["sent"] == count
-    r0, r1, r2 = (report(p) for p in rxs)
+    r0, r1, r2 = (report(p, timeout=90) for p in rxs)
+    print({"sender": {k: s[k] for k in ("rate_msgs", "blocked_s", "credit_stalled_s")},
+           "policy": s["policy"], "restarted": {k: r2[k] for k in ("delivered", "lost",
+                                                                   "missed_before_join")}})
     for r in (r0, r1):
         assert (r["delivered"], r["dropped"], r["lost"]) == (count, 0, 0)
     assert r2["missed_before_join"] > 0 and r2["lost"] == 0 and r2["dropped"] == 0
     assert r2["delivered"] + r2["missed_before_join"] == count
+    if mode == "ack":
+        assert s["policy"]["evicted"] == 1 and s["policy"]["joined"] == 4  # 3, then r2 again
+        assert s["credit_stalled_s"] >= 2.0  # it waited for the dead one until eviction
+        assert r2["credits_sent"] > 0
