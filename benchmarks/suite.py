@@ -14,6 +14,7 @@ Workloads:
   W3 stalled receiver: one of four SIGSTOPped for 3 s
   W4 latency at half the slow receiver's capacity
   W5 feedback cost at the sender with 1, 4 and 16 receivers, nak against ack
+  W6 the shared-key MAC's cost: nak, plain against keyed (ratios against plain)
 
 --smoke runs everything with small counts (CI: it must not rot; no thresholds).
 """
@@ -139,11 +140,13 @@ def run_raw(n_receivers: int, count: int, *, nodrop: bool = False,
 
 
 def run_nakflow(mode: str, specs: Sequence[ReceiverSpec], count: int, *,
-                batch: int = 1, max_rate: float | None = None) -> dict[str, Any]:
-    extra = ["--batch", str(batch)]
+                batch: int = 1, max_rate: float | None = None,
+                both: Sequence[str] = ()) -> dict[str, Any]:
+    """One nakflow sender process to ``specs``; ``both``: extra options for every process."""
+    extra = ["--batch", str(batch), *both]
     if max_rate:
         extra += ["--max-rate", str(max_rate)]
-    with LocalReceivers(specs, mode=mode, duration_s=120.0) as rx:
+    with LocalReceivers(specs, mode=mode, duration_s=120.0, extra=both) as rx:
         rx.wait_ready()
         sender = run_sender(rx.data, rx.feedback, mode=mode, count=count,
                             wait_receivers=len(specs), extra=extra, timeout_s=300)
@@ -347,9 +350,39 @@ def w3_stall(count: int) -> list[dict[str, Any]]:
     return rows
 
 
+def w6_shared_key(count: int) -> list[dict[str, Any]]:
+    """What sealing and checking every frame (the shared-key MAC) costs, unloaded."""
+    from nakflow.keyfile import write_shared_key
+
+    log(f"W6 shared-key MAC cost: {count:,} x 100 B to one receiver, plain vs keyed")
+    spec = [ReceiverSpec("rx", capacity_msgs=10_000)]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="nakflow-bench-") as tmp:
+        key = write_shared_key(tmp, "bench")
+        for batch in (1, 256):
+            plain: dict[str, Any] = {}
+            for keyed in (False, True):
+                run = run_nakflow("nak", spec, count, batch=batch,
+                                  both=["--shared-key", key] if keyed else [])
+                s, r = run["sender"], run["receivers"][0]
+                if not keyed:
+                    plain = {"send": s["rate_msgs"], "delivered": r["goodput_msgs"]}
+                rows.append({"workload": "W6",
+                             "peer": "nakflow nak" + (f" batch {batch}" if batch > 1 else "")
+                             + (" + shared key" if keyed else ""),
+                             "send_rate": round(s["rate_msgs"]),
+                             "x_plain_send": round(s["rate_msgs"] / plain["send"], 2),
+                             "delivered_rate": round(r["goodput_msgs"]),
+                             "x_plain_delivered": round(r["goodput_msgs"] / plain["delivered"],
+                                                        2),
+                             "missing": count - r["delivered"]})
+    return rows
+
+
 WORKLOADS = {"W1": w1_unloaded, "W2": w2_slow, "W3": w3_stall, "W4": w4_latency,
-             "W5": w5_feedback}
-COUNTS = {"W1": 300_000, "W2": 100_000, "W3": 100_000, "W4": 30_000, "W5": 40_000}
+             "W5": w5_feedback, "W6": w6_shared_key}
+COUNTS = {"W1": 300_000, "W2": 100_000, "W3": 100_000, "W4": 30_000, "W5": 40_000,
+          "W6": 200_000}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

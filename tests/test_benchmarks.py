@@ -22,7 +22,7 @@ def test_benchmark_suite_smoke(tmp_path):
                           "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(out.read_text())["results"]
-    assert set(results) == {"W1", "W2", "W3", "W4", "W5"}
+    assert set(results) == {"W1", "W2", "W3", "W4", "W5", "W6"}
     peers = {w: [r["peer"] for r in rows] for w, rows in results.items()}
     nakflow = ["nakflow nak", "nakflow ack", "nakflow none"]
     assert peers["W1"][0] == "raw pyzmq" and "nakflow nak batch 256" in peers["W1"]
@@ -33,6 +33,9 @@ def test_benchmark_suite_smoke(tmp_path):
     assert peers["W4"] == ["raw pyzmq", "zmq NODROP", *nakflow]
     assert [(r["peer"], r["receivers"]) for r in results["W5"]] == [
         (f"nakflow {m}", n) for n in (1, 4, 16) for m in ("nak", "ack")]
+    assert [r["peer"] for r in results["W6"]] == [
+        "nakflow nak", "nakflow nak + shared key", "nakflow nak batch 256",
+        "nakflow nak batch 256 + shared key"]
     w2 = {r["peer"]: r for r in results["W2"]}
     for peer in ("zmq NODROP", "nakflow ack"):  # lossless by construction
         assert w2[peer]["missing_slow"] == 0 and w2[peer]["missing_others"] == 0

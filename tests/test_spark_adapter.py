@@ -41,10 +41,11 @@ class Collecting:
     """In-process receivers with a consumer thread each, keeping every payload's id."""
 
     def __init__(self, n: int, mode: str, *, capacity: int = 5_000,
-                 stream: str = "test") -> None:
+                 stream: str = "test", shared_key=None) -> None:
         self.receivers = [Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode=mode,
                                    stream=stream, capacity_msgs=capacity,
-                                   drop_duplicates=True) for _ in range(n)]
+                                   drop_duplicates=True, shared_key=shared_key)
+                          for _ in range(n)]
         self.ids: list[list[int]] = [[] for _ in range(n)]
         self._threads = [threading.Thread(target=self._consume, args=(i,), daemon=True)
                          for i in range(n)]
@@ -112,6 +113,26 @@ def test_every_row_reaches_both_receivers_exactly_once(spark, mode):
     assert frame.count() == parts and frame.agg({"rows": "sum"}).first()[0] == rows
     if spark.sparkContext.master.startswith("local-cluster"):  # really other processes
         assert all(r["executor"].split("/")[1] != str(os.getpid()) for r in reports)
+
+
+@pytest.mark.parametrize("spark", ["local-cluster"], indirect=True)
+def test_executors_seal_with_the_shared_key_read_from_its_file(spark, tmp_path):
+    from nakflow.keyfile import load_shared_key, write_shared_key
+
+    path = write_shared_key(str(tmp_path), "stream")
+    rows, parts = 6_000, 2
+    rx = Collecting(1, "nak", shared_key=load_shared_key(path))
+    try:
+        cfg = WriterConfig(rx.data, rx.feedback, stream="test", wait_receivers=1,
+                           shared_key_file=path)
+        example_frame(spark, rows, parts).foreachPartition(nakflow_writer(cfg))
+        (snap,) = rx.finish(parts)
+    finally:
+        rx.close()
+    assert sorted(rx.ids[0]) == list(range(rows))
+    auth = snap["auth"]
+    assert auth["opened"] >= rows / cfg.batch_rows and auth["sealed"] > 0
+    assert auth["unsigned"] == auth["unknown_key"] == auth["bad_tag"] == auth["replayed"] == 0
 
 
 def fail_first_attempt(partition: int, after_rows: int):
