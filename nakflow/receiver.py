@@ -49,6 +49,9 @@ log = logging.getLogger("nakflow.receiver")
 OVERFLOW_POLICIES = ("drop-newest", "drop-oldest", "block")
 LATENCY_SAMPLES = 1 << 16
 LATENCY_PER_CALL = 32  # latency samples taken per get_many call, at most about
+#: A sampled "latency" outside this range is a wrong clock or a forged timestamp, not a
+#: latency: it is counted (``latency_ms["outliers"]``) and left out, s.
+LATENCY_MIN_S, LATENCY_MAX_S = -3_600.0, 86_400.0
 IDLE_POLL_S = 0.1  # longest the I/O thread sleeps with nothing due (close() also wakes it)
 #: Socket backlog is part of the inbound queue but ZeroMQ cannot report its size. When
 #: every read finds a full chunk waiting, the I/O thread is behind; after being behind for
@@ -188,6 +191,7 @@ class Receiver:
         self._lat = np.zeros(LATENCY_SAMPLES)
         self._lat_n = 0
         self._lat_max = 0.0
+        self._lat_outliers = 0
         # owned by the I/O thread
         self._pending: deque[tuple[tuple[str, int], Message]] = deque()
         self._behind_since: float | None = None
@@ -267,6 +271,9 @@ class Receiver:
             # bookkeeping would cost more than the rest of the delivery
             for _, m in items[::max(1, n // LATENCY_PER_CALL)]:
                 d = now_wall - m.ts
+                if not LATENCY_MIN_S <= d <= LATENCY_MAX_S:
+                    self._lat_outliers += 1
+                    continue
                 lat[i % LATENCY_SAMPLES] = d
                 i += 1
                 if d > self._lat_max:
@@ -636,16 +643,19 @@ class Receiver:
     def latency_ms(self) -> dict[str, float | None]:
         """Send-to-delivery latency: percentiles over the last 65,536 samples (each
         ``get_many`` call samples at most about LATENCY_PER_CALL of its messages, the oldest
-        always), and the largest sampled since start."""
+        always), and the largest sampled since start. ``outliers``: samples left out as
+        impossible (timestamps more than an hour ahead or a day behind)."""
         with self._cond:
             n = min(self._lat_n, LATENCY_SAMPLES)
             sample = self._lat[:n].copy()
             worst = self._lat_max
+            outliers = self._lat_outliers
         if n == 0:
-            return {"p50": None, "p99": None, "max": None, "samples": 0}
+            return {"p50": None, "p99": None, "max": None, "samples": 0, "outliers": outliers}
         p50, p99 = np.percentile(sample, [50, 99]) * 1000.0
         return {"p50": round(float(p50), 3), "p99": round(float(p99), 3),
-                "max": round(worst * 1000.0, 3), "samples": int(self._lat_n)}
+                "max": round(worst * 1000.0, 3), "samples": int(self._lat_n),
+                "outliers": outliers}
 
     def snapshot(self) -> dict[str, Any]:
         """Metrics, JSON-ready."""

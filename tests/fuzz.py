@@ -1,8 +1,9 @@
 """Shared Hypothesis strategies and the fuzzing budget.
 
 CI runs each fuzz test with the example count it names. The longer run scales every
-count: ``NAKFLOW_FUZZ_SCALE=100 pytest tests/test_codec.py tests/test_auth.py
-tests/test_fuzz_live.py`` (see docs/guarantees.md for the last long run's figures).
+count: ``NAKFLOW_FUZZ_SCALE=100 pytest --timeout 0 tests/test_codec.py tests/test_auth.py
+tests/test_fuzz_live.py`` (``--timeout 0``: the live tests then take longer than CI's
+per-test limit; see docs/guarantees.md for the last long run's figures).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import zmq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nakflow import AckConfig, NakConfig
+from nakflow import AckConfig, Data, NakConfig, encode
 from nakflow.receiver import Receiver
 from nakflow.sender import Sender
 from tests.fuzz import budget, wire
@@ -62,8 +62,21 @@ def test_receiver_survives_any_burst_of_frames(fuzzed_receiver, burst):
     rx.get_many(10_000, timeout=0)
     snap = rx.snapshot()
     assert snap["error"] is None and rx._io.is_alive()
-    json.dumps(snap)  # the metrics stay reportable
+    json.dumps(snap, allow_nan=False)  # the metrics stay reportable (no inf, no nan)
     assert 0 <= snap["queued"] <= rx.capacity_msgs and snap["dropped"] >= 0
+
+
+def test_forged_timestamps_do_not_poison_the_latency_metrics(fuzzed_receiver):
+    """Found by the long fuzz run: a DATA frame stamped -1.7e308 made p99 latency inf."""
+    rx, pub = fuzzed_receiver
+    before = rx.latency_ms()["outliers"]
+    for i, ts in enumerate((-1.7e308, 1.7e308, 0.0, time.time() + 7_200)):
+        pub.send(encode(Data("default", "clockless", 1, i, ts, (b"x",))))
+    assert wait_until(lambda: (rx.get_many(100, timeout=0),
+                               rx.latency_ms()["outliers"] >= before + 4)[1])
+    lat = rx.latency_ms()
+    json.dumps(lat, allow_nan=False)
+    assert lat["p99"] is None or abs(lat["p99"]) < 86_400_000
 
 
 def test_receiver_after_the_fuzz_still_receives_a_real_stream_whole(fuzzed_receiver):
@@ -114,7 +127,7 @@ def test_sender_survives_any_burst_of_feedback(fuzzed_sender, burst):
         pub.send(buf)
     assert wait_until(lambda: (tx.try_send(b"x"), heard() >= before + sum(map(len, burst)))[1])
     snap = tx.snapshot()
-    json.dumps(snap)
+    json.dumps(snap, allow_nan=False)
     if tx.mode == "nak":
         limit = snap["rate_limit"]
         assert limit is not None and 100.0 <= limit <= 1e6 and math.isfinite(limit)
