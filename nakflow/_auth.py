@@ -30,6 +30,7 @@ import hashlib
 import hmac
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._codec import Bye, Credit, Data, End, Frame, Hello, Nak
 from ._errors import ConfigError, ProtocolError
@@ -64,6 +65,22 @@ def origin(frame: Frame) -> tuple[str, int]:
     if isinstance(frame, (Nak, Credit)):
         return frame.receiver, 0
     raise TypeError(f"not a frame: {frame!r}")
+
+
+def _hmac_states(key: bytes) -> tuple[Any, Any]:
+    """SHA-256 states after the HMAC inner and outer pads of ``key`` (RFC 2104): copying
+    them per frame gives HMAC-SHA256 at a third of ``hmac.digest``'s cost."""
+    block = hashlib.sha256(key).digest() if len(key) > 64 else key
+    block = block.ljust(64, b"\0")
+    return (hashlib.sha256(bytes(b ^ 0x36 for b in block)),
+            hashlib.sha256(bytes(b ^ 0x5C for b in block)))
+
+
+def _tag(states: tuple[Any, Any], msg: bytes) -> bytes:
+    inner, outer = states[0].copy(), states[1].copy()
+    inner.update(msg)
+    outer.update(inner.digest())
+    return outer.digest()[:TAG_BYTES]  # type: ignore[no-any-return]
 
 
 def key_id(key: bytes) -> bytes:
@@ -114,9 +131,9 @@ class FrameAuth:
 
     def __init__(self, key: SharedKey, *, max_nodes: int = MAX_NODES) -> None:
         self.key = key
-        self._secret = key.secret
+        self._states = _hmac_states(key.secret)
         self._prefix = bytes((MAGIC, SCHEME)) + key_id(key.secret)
-        self._keys = {key_id(k): k for k in (*key.accept, key.secret)}
+        self._keys = {key_id(k): _hmac_states(k) for k in (*key.accept, key.secret)}
         self._counter = 0
         self._last: dict[tuple[str, int], int] = {}
         self.max_nodes = max_nodes
@@ -135,11 +152,10 @@ class FrameAuth:
             raise ConfigError(f"wall clock out of range: {now!r}")
         self._counter = counter
         self.sealed += 1
-        head = self._prefix + counter.to_bytes(COUNTER_BYTES, "big")
-        msg = head + frame
-        return msg + hmac.digest(self._secret, msg, "sha256")[:TAG_BYTES]
+        msg = self._prefix + counter.to_bytes(COUNTER_BYTES, "big") + frame
+        return msg + _tag(self._states, msg)
 
-    def open(self, buf: bytes) -> tuple[memoryview, int]:
+    def open(self, buf: bytes) -> tuple[bytes, int]:
         """(frame bytes, counter) of a sealed frame; AuthError if it is not one we accept.
 
         Checks the tag only: call ``admit`` once the frame is decoded and its node known.
@@ -147,18 +163,17 @@ class FrameAuth:
         if len(buf) < OVERHEAD_BYTES + 1 or buf[0] != MAGIC or buf[1] != SCHEME:
             self.unsigned += 1
             raise AuthError("frame is not sealed (no shared-key MAC)")
-        key = self._keys.get(bytes(buf[2:2 + KEY_ID_BYTES]))
-        if key is None:
+        buf = bytes(buf)
+        states = self._keys.get(buf[2:2 + KEY_ID_BYTES])
+        if states is None:
             self.unknown_key += 1
             raise AuthError("frame is sealed with a key this node does not hold")
-        view = memoryview(buf)
-        want = hmac.digest(key, view[:-TAG_BYTES], "sha256")[:TAG_BYTES]
-        if not hmac.compare_digest(want, view[-TAG_BYTES:]):
+        if not hmac.compare_digest(_tag(states, buf[:-TAG_BYTES]), buf[-TAG_BYTES:]):
             self.bad_tag += 1
             raise AuthError("frame MAC does not match")
         self.opened += 1
-        counter = int.from_bytes(view[2 + KEY_ID_BYTES:HEADER_BYTES], "big")
-        return view[HEADER_BYTES:-TAG_BYTES], counter
+        counter = int.from_bytes(buf[2 + KEY_ID_BYTES:HEADER_BYTES], "big")
+        return buf[HEADER_BYTES:-TAG_BYTES], counter
 
     def admit(self, node: tuple[str, int], counter: int, *, now: float) -> bool:
         """True if ``counter`` is above every one heard from ``node`` so far and, read as

@@ -169,3 +169,14 @@ def test_keygen_shared_writes_a_private_key_once(tmp_path):
     assert load_shared_key(str(path)) == key
     with pytest.raises(ValueError, match="shared key file"):
         load_shared_key(str(tmp_path / "missing"))
+
+
+@budget(100)
+@given(st.binary(min_size=16, max_size=100), st.binary(max_size=300))
+def test_the_tag_is_hmac_sha256(key, frame):
+    import hashlib
+    import hmac
+
+    sealed = FrameAuth(SharedKey(key)).seal(frame, now=T)
+    want = hmac.new(key, sealed[:-16], hashlib.sha256).digest()[:16]
+    assert sealed[-16:] == want
