@@ -52,6 +52,17 @@ class AuthError(ProtocolError):
     """A frame is not sealed with a key this node accepts, or its tag is wrong."""
 
 
+def unseal(auth: FrameAuth | None, buf: bytes) -> tuple[bytes, int]:
+    """(frame bytes, counter) to decode: ``buf`` itself (counter 0) on a node without a
+    key, else ``auth.open(buf)`` (AuthError if it is not sealed with a key we hold)."""
+    return (buf, 0) if auth is None else auth.open(buf)
+
+
+def looks_sealed(buf: bytes) -> bool:
+    """True if ``buf`` starts like a sealed frame (a hint for a node that has no key)."""
+    return buf[:1] == bytes((MAGIC,))
+
+
 def origin(frame: Frame) -> tuple[str, int]:
     """The node that sent ``frame``, as the replay check keys it: (node id, epoch).
 

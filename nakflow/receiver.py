@@ -25,7 +25,7 @@ import zmq
 
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
-from ._auth import AuthError, FrameAuth, SharedKey, origin
+from ._auth import AuthError, FrameAuth, SharedKey, looks_sealed, origin, unseal
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
     Bye,
@@ -477,13 +477,9 @@ class Receiver:
     def _decode_own(self, buf: bytes) -> Frame | None:
         """Decode a frame of this stream; count and drop malformed, foreign, unsealed
         (with a shared key) and replayed ones."""
-        auth, counter = self._mac, 0
         try:
-            if auth is None:
-                frame = decode(buf, self.max_frame_bytes)
-            else:
-                body, counter = auth.open(buf)
-                frame = decode(body, self.max_frame_bytes)
+            body, counter = unseal(self._mac, buf)
+            frame = decode(body, self.max_frame_bytes)
         except AuthError as exc:
             self._warn_auth(f"frame refused: {exc}")
             return None
@@ -493,7 +489,7 @@ class Receiver:
         if frame.stream != self.stream:
             self.foreign += 1
             return None
-        if auth is not None and not self._admit(origin(frame), counter):
+        if self._mac is not None and not self._admit(origin(frame), counter):
             return None
         return frame
 
@@ -503,7 +499,7 @@ class Receiver:
 
     def _count_malformed(self, buf: bytes) -> None:
         self.malformed += 1
-        if self._mac is None and buf[:1] == b"\xc1":
+        if self._mac is None and looks_sealed(buf):
             self._warn_auth("frames are sealed with a shared key, but this receiver has "
                             "none (shared_key=)")
 
@@ -514,13 +510,10 @@ class Receiver:
 
     def _on_data_socket(self, buf: bytes) -> None:
         self.frames_in += 1
-        auth, counter = self._mac, 0
+        auth = self._mac
         try:
-            if auth is None:
-                got = decode_data(buf, self.max_frame_bytes)
-            else:
-                body, counter = auth.open(buf)
-                got = decode_data(body, self.max_frame_bytes)
+            body, counter = unseal(auth, buf)
+            got = decode_data(body, self.max_frame_bytes)
         except AuthError as exc:
             self._warn_auth(f"frame refused: {exc}")
             return
@@ -688,6 +681,7 @@ class Receiver:
             "foreign": self.foreign,
             "auth": None if self._mac is None else self._mac.snapshot(),
             "queue_peak": self.queue_peak,
+            "policy": flow,
             "naks_sent": flow.get("naks_sent", {}),
             "naks_suppressed": flow.get("naks_suppressed", 0),
             "credits_sent": flow.get("credits_sent", 0),

@@ -20,7 +20,7 @@ import zmq
 
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
-from ._auth import AuthError, FrameAuth, SharedKey, origin
+from ._auth import AuthError, FrameAuth, SharedKey, looks_sealed, origin, unseal
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
     T_DATA,
@@ -292,16 +292,13 @@ class Sender:
         for buf in frames:
             self.feedback_bytes += len(buf)
             try:
-                if auth is None:
-                    frame = decode(buf, self.max_frame_bytes)
-                else:
-                    body, counter = auth.open(buf)
-                    frame = decode(body, self.max_frame_bytes)
+                body, counter = unseal(auth, buf)
+                frame = decode(body, self.max_frame_bytes)
             except AuthError as exc:
                 self._warn_auth(f"feedback refused: {exc}")
                 continue
             except ProtocolError:
-                if auth is None and buf[:1] == b"\xc1":
+                if auth is None and looks_sealed(buf):
                     self._warn_auth("feedback is sealed with a shared key, but this sender "
                                     "has none (shared_key=)")
                 self.malformed += 1

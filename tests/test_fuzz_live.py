@@ -84,7 +84,7 @@ def test_receiver_after_the_fuzz_still_receives_a_real_stream_whole(fuzzed_recei
     (``sender_timeout_s``, 1 s in this fixture): then the real stream gets all of it."""
     rx, _ = fuzzed_receiver
     rx.get_many(1 << 20, timeout=0)
-    time.sleep(1.5)
+    assert wait_until(lambda: rx.snapshot()["policy"]["senders"] == 0), "forged senders kept"
     with Sender(rx.data_endpoints, rx.feedback_endpoints, mode="ack", sender_id="after-fuzz",
                 epoch=1) as tx:
         tx.wait_for_receivers(1, timeout=10)

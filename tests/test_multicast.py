@@ -117,7 +117,6 @@ def test_shared_key_over_epgm_forgers_on_both_groups_have_no_effect(key_file: st
     assert sum(sender["naks_received"].values()) <= 1 and sender["cuts"] <= 1
     for r in run["receivers"]:
         assert (r["delivered"], r["dropped"], r["lost"]) == (COUNT, 0, 0), r["receiver_id"]
-        assert {s["sender"] for s in r["senders"]} != {"mallory"}
         assert "mallory" not in {s["sender"] for s in r["senders"]}
         assert r["auth"]["unsigned"] > 0 and r["auth"]["unknown_key"] > 0
         assert r["auth"]["replayed"] > 0 and r["malformed"] == 0
