@@ -14,13 +14,16 @@ from ._codec import (
     Data,
     End,
     Frame,
+    Gone,
     Hello,
     Nak,
+    RData,
+    Repair,
     decode,
     encode,
     encode_data,
 )
-from ._config import MODES, AckConfig, NakConfig, check_mode
+from ._config import MODES, AckConfig, NakConfig, RepairConfig, check_mode
 from ._credit import CreditGranter, CreditLedger, SenderKey
 from ._episodes import BackpressureEpisodes
 from ._errors import ConfigError, CreditViolation, NakflowError, ProtocolError
@@ -37,7 +40,11 @@ from ._flow import (
     make_receiver_flow,
     make_sender_flow,
 )
+from ._history import SendHistory
 from ._rate import NakRateController
+from ._receiver_core import Message, ReceiverCore
+from ._repair import RepairRequester
+from ._sender_core import SenderCore
 
 __version__ = "0.1.0"
 
@@ -61,7 +68,9 @@ __all__ = [
     "FillMonitor",
     "Frame",
     "FrameAuth",
+    "Gone",
     "Hello",
+    "Message",
     "Nak",
     "NakConfig",
     "NakFeedback",
@@ -71,7 +80,14 @@ __all__ = [
     "NoFeedback",
     "NoFlow",
     "ProtocolError",
+    "RData",
+    "ReceiverCore",
     "ReceiverFlow",
+    "Repair",
+    "RepairConfig",
+    "RepairRequester",
+    "SendHistory",
+    "SenderCore",
     "SenderFlow",
     "SenderKey",
     "SharedKey",

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._codec import Bye, Credit, Data, End, Frame, Hello, Nak
+from ._codec import Bye, Credit, Data, End, Frame, Gone, Hello, Nak, RData, Repair
 from ._errors import ConfigError, ProtocolError
 
 MAGIC = 0xC1  # "never used" in msgpack
@@ -69,11 +69,11 @@ def origin(frame: Frame) -> tuple[str, int]:
     A sender's incarnations (epochs) count apart, so two attempts of one Spark task
     running at once do not refuse each other's frames; receivers use epoch 0.
     """
-    if isinstance(frame, (Data, End)):
+    if isinstance(frame, (Data, End, RData, Gone)):
         return frame.sender, frame.epoch
     if isinstance(frame, (Hello, Bye)):
         return frame.node, frame.epoch
-    if isinstance(frame, (Nak, Credit)):
+    if isinstance(frame, (Nak, Credit, Repair)):
         return frame.receiver, 0
     raise TypeError(f"not a frame: {frame!r}")
 

@@ -24,6 +24,8 @@ MAX_BATCH = 65_536
 MAX_SEQ = (1 << 63) - 1
 
 T_DATA, T_NAK, T_CREDIT, T_HELLO, T_BYE, T_END = 1, 2, 3, 4, 5, 6
+T_RDATA, T_REPAIR, T_GONE = 7, 8, 9
+MAX_RANGES = 64  # sequence ranges one REPAIR frame may ask for
 ROLES = ("sender", "receiver")
 
 
@@ -99,9 +101,49 @@ class End:
     ts: float
 
 
-Frame = Union[Data, Nak, Credit, Hello, Bye, End]  # noqa: UP007 (runtime alias, py3.10)
+@dataclass(frozen=True, slots=True)
+class RData:
+    """A repair: payloads re-sent from the sender's history (PGM's RDATA), laid out as DATA.
+    Receivers take from it only the seqs they are missing; the rest is not a duplicate."""
+
+    stream: str
+    sender: str
+    epoch: int
+    seq: int
+    ts: float
+    payloads: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """``receiver`` asks (``sender``, ``epoch``) to re-send the half-open seq ``ranges``."""
+
+    stream: str
+    receiver: str
+    sender: str
+    epoch: int
+    ranges: tuple[tuple[int, int], ...]
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class Gone:
+    """(``sender``, ``epoch``) no longer holds seqs [``lo``, ``hi``) in its history, so
+    they cannot be repaired (NORM's SQUELCH): receivers stop asking and report them."""
+
+    stream: str
+    sender: str
+    epoch: int
+    lo: int
+    hi: int
+    ts: float
+
+
+Frame = Union[Data, Nak, Credit, Hello, Bye, End,  # noqa: UP007 (runtime alias, py3.10)
+              RData, Repair, Gone]
 _TYPE_OF: dict[type, int] = {Data: T_DATA, Nak: T_NAK, Credit: T_CREDIT, Hello: T_HELLO,
-                             Bye: T_BYE, End: T_END}
+                             Bye: T_BYE, End: T_END, RData: T_RDATA, Repair: T_REPAIR,
+                             Gone: T_GONE}
 
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 #: Packs a frame given as its field list ``[VERSION, T_..., *fields]`` (the hot path;
@@ -112,8 +154,10 @@ pack_frame = _packb
 def encode(frame: Frame) -> bytes:
     """Serialise a frame."""
     fields = list(astuple(frame))
-    if isinstance(frame, Data):
+    if isinstance(frame, (Data, RData)):
         fields[-1] = list(frame.payloads)
+    elif isinstance(frame, Repair):
+        fields[-2] = [list(r) for r in frame.ranges]
     out: bytes = _packb([VERSION, _TYPE_OF[type(frame)], *fields])
     return out
 
@@ -183,6 +227,18 @@ def _payloads(v: Any) -> tuple[bytes, ...]:
     return tuple(v)
 
 
+def _ranges(v: Any) -> tuple[tuple[int, int], ...]:
+    if type(v) is not list or not 0 < len(v) <= MAX_RANGES:
+        raise ProtocolError(f"expected a list of 1..{MAX_RANGES} seq ranges")
+    out = []
+    for r in v:
+        if (type(r) is not list or len(r) != 2 or type(r[0]) is not int
+                or type(r[1]) is not int or not 0 <= r[0] < r[1] <= MAX_SEQ):
+            raise ProtocolError("a seq range is [lo, hi] with 0 <= lo < hi < 2**63")
+        out.append((r[0], r[1]))
+    return tuple(out)
+
+
 _Validator = Callable[[Any], Any]
 _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
     T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads)),
@@ -191,6 +247,9 @@ _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
     T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts)),
     T_BYE: (Bye, (_name, _name, _role, _uint, _ts)),
     T_END: (End, (_name, _name, _uint, _uint, _ts)),
+    T_RDATA: (RData, (_name, _name, _uint, _uint, _ts, _payloads)),
+    T_REPAIR: (Repair, (_name, _name, _name, _uint, _ranges, _ts)),
+    T_GONE: (Gone, (_name, _name, _uint, _uint, _uint, _ts)),
 }
 
 
@@ -216,6 +275,8 @@ def decode(buf: bytes | bytearray | memoryview,
     if len(fields) != len(validators):
         raise ProtocolError(f"{cls.__name__} takes {len(validators)} fields, got {len(fields)}")
     frame: Frame = cls(*[check(v) for check, v in zip(validators, fields, strict=True)])
+    if type(frame) is Gone and frame.lo >= frame.hi:
+        raise ProtocolError("GONE needs lo < hi")
     return frame
 
 

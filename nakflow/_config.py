@@ -145,3 +145,49 @@ class AckConfig:
             raise ConfigError("regrant_fraction must lie in (0, 1]")
         if self.max_credit_ahead < 1:
             raise ConfigError("max_credit_ahead must be >= 1")
+
+
+@dataclass(frozen=True)
+class RepairConfig:
+    """Repair of lost messages from a bounded sender history (``nak`` mode; PGM, NORM).
+
+    The history bounds are sized for a few seconds at the rates one Python sender reaches
+    (20-50k msgs/s of 100 bytes): messages older than any bound cannot be repaired and are
+    reported as ``beyond_history``, never silently.
+    """
+
+    #: Repair on (senders keep a history, receivers ask for what they miss).
+    enabled: bool = True
+    #: Sender: history bound in messages.
+    history_msgs: int = 100_000
+    #: Sender: history bound in payload bytes.
+    history_bytes: int = 64 * 1024 * 1024
+    #: Sender: history bound in age, s.
+    history_age_s: float = 5.0
+    #: Sender: a range is re-sent at most once per this window, s (the NAK window).
+    resend_window_s: float = 0.05
+    #: Sender: after END, close() keeps serving repairs until none came for this long, s.
+    linger_quiet_s: float = 0.1
+    #: Sender: ... but at most this long, s.
+    linger_max_s: float = 2.0
+    #: Receiver: a new gap waits a random hold-off in [0, backoff_s) (truncated exponential,
+    #: as NAKs) and is not asked for if another receiver asked for it meanwhile, s.
+    backoff_s: float = 0.01
+    #: Receiver: a gap still missing this long after it was asked for is asked again, s.
+    retry_s: float = 0.1
+    #: Receiver: after this many requests a gap is given up (reported lost or dropped).
+    max_requests: int = 10
+    #: Receiver: messages its own full queue dropped are asked for once the fill is below
+    #: this fraction of capacity (room is back).
+    refill_below: float = 0.5
+
+    def __post_init__(self) -> None:
+        if min(self.history_msgs, self.history_bytes, self.max_requests) < 1:
+            raise ConfigError("history_msgs, history_bytes and max_requests must be >= 1")
+        for name in ("history_age_s", "resend_window_s", "retry_s", "linger_max_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0")
+        if min(self.backoff_s, self.linger_quiet_s) < 0:
+            raise ConfigError("backoff_s and linger_quiet_s must be >= 0")
+        if not 0 < self.refill_below <= 1:
+            raise ConfigError("refill_below must lie in (0, 1]")

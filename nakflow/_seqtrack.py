@@ -4,7 +4,15 @@ For each (sender id, epoch) the tracker keeps apart:
 
 * ``missed_before_join`` — seqs below the first one this receiver saw;
 * ``lost`` — gaps in flight (and, once END says the final seq, the missing tail);
-* ``duplicates`` — seqs seen before.
+* ``duplicates`` — seqs seen before;
+* ``dropped`` — seqs this receiver's full queue dropped (``on_dropped``).
+
+With ``repair`` each stream also keeps its missing seqs (a GapList, for repair
+requests): a repair (``on_repair``) moves seqs from ``lost`` or ``dropped`` to
+``repaired`` (delivered), a GONE (``on_gone``) to ``beyond_history``. So for every
+(sender, epoch) that ended, ``final_seq - missed_before_join`` is exactly the messages
+delivered (``repaired`` of them by repair) plus ``lost + dropped + beyond_history``
+(and any still queued).
 
 With ``drop_duplicates`` a seq already delivered for the same *sender id* (any
 epoch) is not delivered again: a retried Spark task re-sends its partition
@@ -26,6 +34,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ._gaps import DROPPED, LOST, GapList
+
 Ranges = list[tuple[int, int]]
 MAX_INTERVALS = 1024  # per sender id; beyond it the oldest are merged (bounded memory)
 MAX_INTERVALS_TOTAL = 65_536  # over all sender ids; beyond it the stalest set is forgotten
@@ -42,6 +52,11 @@ class StreamState:
     lost: int = 0
     duplicates: int = 0
     final_seq: int | None = None
+    dropped: int = 0
+    repaired: int = 0
+    beyond_history: int = 0
+    redundant: int = 0  # repaired seqs this receiver did not miss
+    gaps: GapList | None = None
 
     @property
     def missed_before_join(self) -> int:
@@ -93,8 +108,12 @@ class _IntervalSet:
 class SequenceTracker:
     """Turns (sender, epoch, seq, count) arrivals into ranges to deliver and counters."""
 
-    def __init__(self, *, drop_duplicates: bool = False, max_streams: int = MAX_STREAMS) -> None:
+    def __init__(self, *, drop_duplicates: bool = False, max_streams: int = MAX_STREAMS,
+                 repair: bool = False) -> None:
         self.drop_duplicates = drop_duplicates
+        self.repair = repair
+        self.with_gaps: dict[tuple[str, int], GapList] = {}  # streams missing something
+        self.gaps_added = 0  # gaps added since a RepairRequester last looked
         self.max_streams = max_streams
         self.streams: dict[tuple[str, int], StreamState] = {}
         self._ended: dict[tuple[str, int], None] = {}  # ended streams, oldest END first
@@ -116,12 +135,20 @@ class SequenceTracker:
         st.received += count
         if seq > st.next_seq:
             st.lost += seq - st.next_seq
+            if self.repair:
+                self._gaps(key, st).add(st.next_seq, seq, LOST, -1.0)
         overlap = max(0, min(end, st.next_seq) - seq)
         if end > st.next_seq:
             st.next_seq = end
         if not self.drop_duplicates:
             st.duplicates += overlap
             return [(0, count)]
+        fresh = self._fresh(sender, seq, end)
+        st.duplicates += count - sum(hi - lo for lo, hi in fresh)
+        return [(lo - seq, hi - seq) for lo, hi in fresh]
+
+    def _fresh(self, sender: str, seq: int, end: int) -> Ranges:
+        """The parts of [seq, end) this sender id has not sent before (any epoch)."""
         seen = self._seen.pop(sender, None)
         if seen is None:
             seen = _IntervalSet()
@@ -134,8 +161,86 @@ class SequenceTracker:
             oldest = next(iter(self._seen))
             self._intervals -= len(self._seen.pop(oldest).starts)
             self.seen_evicted += 1
-        st.duplicates += count - sum(hi - lo for lo, hi in fresh)
-        return [(lo - seq, hi - seq) for lo, hi in fresh]
+        return fresh
+
+    def _gaps(self, key: tuple[str, int], st: StreamState) -> GapList:
+        if st.gaps is None:
+            st.gaps = GapList()
+        self.with_gaps[key] = st.gaps
+        self.gaps_added += 1
+        return st.gaps
+
+    def on_repair(self, sender: str, epoch: int, seq: int, count: int) -> Ranges:
+        """Account a repair (RDATA); return the index ranges of its payloads to deliver:
+        the seqs this receiver misses (``repaired``) and any past all it has seen."""
+        key = (sender, epoch)
+        st = self.streams.get(key)
+        if st is None or st.gaps is None:
+            if st is not None:
+                st.redundant += count
+            return []
+        end = seq + count
+        out: Ranges = []
+        for lo, hi, kind in st.gaps.take(seq, min(end, st.next_seq)):
+            n = hi - lo
+            if kind == LOST:
+                st.lost -= n
+                parts = self._fresh(sender, lo, hi) if self.drop_duplicates else [(lo, hi)]
+                st.duplicates += n - sum(b - a for a, b in parts)
+            else:  # dropped here after it was accounted as fresh: deliver it now
+                st.dropped -= n
+                parts = [(lo, hi)]
+            st.repaired += sum(b - a for a, b in parts)
+            out += [(a - seq, b - seq) for a, b in parts]
+        if not st.gaps:
+            self.with_gaps.pop(key, None)
+        used = sum(b - a for a, b in out)
+        if end > st.next_seq:  # newer than anything seen: new data, as DATA would bring
+            first = max(seq, st.next_seq)
+            out += [(lo + first - seq, hi + first - seq)
+                    for lo, hi in self.on_data(sender, epoch, first, end - first)]
+            st.received -= end - first  # counted by on_data, but came by repair
+            used += end - first
+        st.redundant += count - used
+        return out
+
+    def on_hello(self, sender: str, epoch: int, next_seq: int) -> None:
+        """A sender's HELLO before any of its DATA: with repair, its stream starts here,
+        so a first message lost in flight is a gap to repair, not a late join."""
+        key = (sender, epoch)
+        if self.repair and key not in self.streams:
+            self._make_room()
+            self.streams[key] = StreamState(first_seq=next_seq, next_seq=next_seq)
+
+    def on_dropped(self, sender: str, epoch: int, seq: int) -> None:
+        """The queue dropped seq ``seq``, accounted as fresh by ``on_data`` before."""
+        key = (sender, epoch)
+        st = self.streams.get(key)
+        if st is None:
+            return  # evicted meanwhile
+        st.dropped += 1
+        if self.repair:
+            self._gaps(key, st).add(seq, seq + 1, DROPPED, -1.0)
+
+    def on_gone(self, sender: str, epoch: int, lo: int, hi: int) -> int:
+        """The sender can no longer repair [lo, hi): what of it was missing here is
+        ``beyond_history``; returns how many."""
+        key = (sender, epoch)
+        st = self.streams.get(key)
+        if st is None or st.gaps is None:
+            return 0
+        n_all = 0
+        for g_lo, g_hi, kind in st.gaps.take(lo, hi):
+            n = g_hi - g_lo
+            if kind == LOST:
+                st.lost -= n
+            else:
+                st.dropped -= n
+            st.beyond_history += n
+            n_all += n
+        if not st.gaps:
+            self.with_gaps.pop(key, None)
+        return n_all
 
     def on_end(self, sender: str, epoch: int, final_seq: int) -> StreamState:
         """END: every seq below ``final_seq`` was sent; the missing tail is lost."""
@@ -148,6 +253,8 @@ class SequenceTracker:
         if st.final_seq is None:
             if final_seq > st.next_seq:
                 st.lost += final_seq - st.next_seq
+                if self.repair:
+                    self._gaps(key, st).add(st.next_seq, final_seq, LOST, -1.0)
                 st.next_seq = final_seq
             st.final_seq = final_seq
             self._ended[key] = None
@@ -163,18 +270,24 @@ class SequenceTracker:
                 del self._ended[victim]
             del self.streams[victim]
             self._ended.pop(victim, None)
+            self.with_gaps.pop(victim, None)
             self.evicted += 1
 
     def epochs_of(self, sender: str) -> list[int]:
         return sorted(e for s, e in self.streams if s == sender)
 
     def totals(self) -> dict[str, int]:
-        out = {"lost": 0, "missed_before_join": 0, "duplicates": 0, "received": 0}
+        out = dict.fromkeys(("lost", "missed_before_join", "duplicates", "received",
+                             "dropped", "repaired", "beyond_history", "redundant"), 0)
         for st in self.streams.values():
             out["lost"] += st.lost
             out["missed_before_join"] += st.missed_before_join
             out["duplicates"] += st.duplicates
             out["received"] += st.received
+            out["dropped"] += st.dropped
+            out["repaired"] += st.repaired
+            out["beyond_history"] += st.beyond_history
+            out["redundant"] += st.redundant
         return out
 
     def per_sender(self) -> list[dict[str, Any]]:
@@ -186,5 +299,7 @@ class SequenceTracker:
             rows.append({"sender": sender, "epoch": epoch, "status": status, "re_sent": resent,
                          "received": st.received, "lost": st.lost,
                          "missed_before_join": st.missed_before_join,
-                         "duplicates": st.duplicates, "final_seq": st.final_seq})
+                         "duplicates": st.duplicates, "final_seq": st.final_seq,
+                         "dropped": st.dropped, "repaired": st.repaired,
+                         "beyond_history": st.beyond_history})
         return rows

@@ -66,15 +66,19 @@ def emit(result: dict[str, Any], as_json: bool) -> None:
 
 
 def _socket_options(args: argparse.Namespace) -> Any:
-    """SocketOptions with CURVE if the --curve-* options ask for it, else None."""
+    """SocketOptions with CURVE if the --curve-* options ask for it and the --hwm given,
+    else None (the defaults)."""
     from transports import Curve, SocketOptions
 
-    if not (args.curve_secret or args.curve_server_key):
-        return None
-    if not (args.curve_secret and args.curve_server_key):
-        raise ValueError("CURVE needs both --curve-secret and --curve-server-key")
-    return SocketOptions(curve=Curve(args.curve_secret, args.curve_server_key,
-                                     getattr(args, "curve_authorized", None)))
+    kw: dict[str, Any] = {}
+    if args.hwm is not None:
+        kw.update(sndhwm_msgs=args.hwm, rcvhwm_msgs=args.hwm)
+    if args.curve_secret or args.curve_server_key:
+        if not (args.curve_secret and args.curve_server_key):
+            raise ValueError("CURVE needs both --curve-secret and --curve-server-key")
+        kw["curve"] = Curve(args.curve_secret, args.curve_server_key,
+                            getattr(args, "curve_authorized", None))
+    return SocketOptions(**kw) if kw else None
 
 
 def _shared_key(args: argparse.Namespace) -> Any:
@@ -107,6 +111,17 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _repair_config(args: argparse.Namespace) -> Any:
+    from ._config import RepairConfig
+
+    kw: dict[str, Any] = {"enabled": not args.no_repair}
+    for name in ("history_msgs", "history_bytes", "history_age_s"):
+        value = getattr(args, name, None)
+        if value is not None:
+            kw[name] = value
+    return RepairConfig(**kw)
+
+
 # -- receive -----------------------------------------------------------------------
 def cmd_receive(args: argparse.Namespace) -> int:
     from .receiver import Receiver
@@ -115,7 +130,8 @@ def cmd_receive(args: argparse.Namespace) -> int:
     rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
                   receiver_id=args.id, capacity_msgs=args.capacity, overflow=args.overflow,
                   drop_duplicates=args.drop_duplicates, overhear=args.overhear or (),
-                  options=_socket_options(args), shared_key=_shared_key(args))
+                  options=_socket_options(args), shared_key=_shared_key(args),
+                  repair=_repair_config(args), test_data_loss=args.test_drop_data)
     if args.ready_file:
         with open(args.ready_file + ".tmp", "w") as f:
             json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
@@ -137,7 +153,8 @@ def cmd_receive(args: argparse.Namespace) -> int:
             elapsed = now - t0
             if args.duration is not None and elapsed >= args.duration:
                 break
-            if args.senders and len(rx.ends()) >= args.senders and rx.wait_drained(0):
+            if (args.senders and len(rx.ends()) >= args.senders and rx.wait_drained(0)
+                    and not rx.awaiting_repair()):
                 break
             if stall_from is not None and stall_from <= elapsed < stall_from + args.stall_for:
                 time.sleep(min(0.05, stall_from + args.stall_for - elapsed))
@@ -168,7 +185,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     with Sender(args.data, args.feedback, mode=args.mode, stream=args.stream,
                 sender_id=args.id, max_rate_msgs=args.max_rate,
                 options=_socket_options(args),
-                shared_key=_shared_key(args)) as tx:
+                shared_key=_shared_key(args), repair=_repair_config(args)) as tx:
         if args.wait_receivers:
             tx.wait_for_receivers(args.wait_receivers, timeout=args.wait_timeout)
         t0 = time.monotonic()
@@ -215,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--stream", default="default")
         p.add_argument("--id", default=None, help="node id (default: random)")
         p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+        p.add_argument("--hwm", type=_positive(int), default=None, metavar="MSGS",
+                       help="ZeroMQ high-water marks (send and receive) per peer; past it "
+                            "PUB drops (default 200000)")
+        p.add_argument("--no-repair", action="store_true",
+                       help="nak mode: no history, no repair requests (repair is on by default)")
         p.add_argument("--curve-secret", default=None, metavar="FILE",
                        help="CURVE: this node's .key_secret file (see 'nakflow keygen')")
         p.add_argument("--curve-server-key", default=None, metavar="FILE",
@@ -240,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--curve-authorized", default=None, metavar="DIR",
                    help="CURVE: directory of public keys allowed to connect")
     r.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
+    # test hook: drop this fraction of DATA before accounting, as loss in flight would
+    r.add_argument("--test-drop-data", type=float, default=0.0, help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_receive)
 
     s = sub.add_parser("send", help="send a stream of fixed-size messages")
@@ -249,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--duration", type=_positive(float), default=None, metavar="S")
     s.add_argument("--max-rate", type=_positive(float), default=None, metavar="MSGS_PER_S")
     s.add_argument("--batch", type=_positive(int), default=1, help="messages per DATA frame")
+    s.add_argument("--history-msgs", type=_positive(int), default=None, metavar="N",
+                   help="repair history bound, messages (default 100000)")
+    s.add_argument("--history-bytes", type=_positive(int), default=None, metavar="BYTES",
+                   help="repair history bound, payload bytes (default 64 MiB)")
+    s.add_argument("--history-age", dest="history_age_s", type=_positive(float), default=None,
+                   metavar="S", help="repair history bound, age (default 5 s)")
     s.add_argument("--wait-receivers", type=_positive(int), default=None, metavar="N")
     s.add_argument("--wait-timeout", type=_positive(float), default=10.0, metavar="S")
     s.set_defaults(func=cmd_send)

@@ -18,31 +18,23 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import zmq
 
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
-from ._auth import AuthError, FrameAuth, SharedKey, looks_sealed, origin, unseal
-from ._codec import (
-    DEFAULT_MAX_FRAME_BYTES,
-    Bye,
-    Data,
-    End,
-    Frame,
-    Hello,
-    decode,
-    decode_data,
-    encode,
-)
-from ._config import AckConfig, NakConfig, check_mode
+from ._auth import SharedKey
+from ._codec import DEFAULT_MAX_FRAME_BYTES
+from ._config import AckConfig, NakConfig, RepairConfig, check_mode
 from ._episodes import BackpressureEpisodes
-from ._errors import ConfigError, ProtocolError
-from ._flow import is_other_modes_feedback, make_receiver_flow
-from ._seqtrack import MAX_STREAMS, SequenceTracker
+from ._errors import ConfigError
+from ._receiver_core import Key, Message, ReceiverCore
+from ._seqtrack import MAX_STREAMS
 from ._timeline import Timeline
+
+__all__ = ["OVERFLOW_POLICIES", "Message", "Receiver"]
 
 log = logging.getLogger("nakflow.receiver")
 
@@ -53,24 +45,9 @@ LATENCY_PER_CALL = 32  # latency samples taken per get_many call, at most about
 #: latency: it is counted (``latency_ms["outliers"]``) and left out, s.
 LATENCY_MIN_S, LATENCY_MAX_S = -3_600.0, 86_400.0
 IDLE_POLL_S = 0.1  # longest the I/O thread sleeps with nothing due (close() also wakes it)
-#: Socket backlog is part of the inbound queue but ZeroMQ cannot report its size. When
-#: every read finds a full chunk waiting, the I/O thread is behind; after being behind for
-#: these multiples of the NAK window, the queue counts as 50/75/87/100 % full.
-SATURATION_FILL = ((4.0, 1.0), (2.0, 0.87), (1.0, 0.75), (0.2, 0.5))
-
 
 _key_of = itemgetter(0)
 _message_of = itemgetter(1)
-
-
-class Message(NamedTuple):
-    """One delivered message."""
-
-    sender: str
-    epoch: int
-    seq: int
-    ts: float
-    payload: bytes
 
 
 class Receiver:
@@ -96,6 +73,13 @@ class Receiver:
             where CURVE cannot go.
         max_streams: (sender, epoch) streams accounted at once; past it the oldest
             ended one is forgotten (bounds memory whatever arrives).
+        repair: repair requests (``nak`` mode; on by default): messages lost in flight,
+            and those this receiver's full queue dropped once room is back, are asked
+            for from the senders' histories. Repaired messages arrive after newer ones
+            (each ``Message`` carries its seq); what the history no longer holds is
+            reported as ``beyond_history``.
+        test_data_loss: for tests: drop this fraction of DATA frames after reading them,
+            as loss in flight would (counted in ``test_dropped``).
 
     Raises:
         ConfigError, transports.EndpointError, zmq.ZMQError (e.g. address in use).
@@ -113,7 +97,8 @@ class Receiver:
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  timeline_interval_s: float = 0.05,
                  shared_key: SharedKey | None = None,
-                 max_streams: int = MAX_STREAMS) -> None:
+                 max_streams: int = MAX_STREAMS,
+                 repair: RepairConfig | None = None, test_data_loss: float = 0.0) -> None:
         self.mode = check_mode(mode)
         if overflow not in OVERFLOW_POLICIES:
             raise ConfigError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
@@ -125,15 +110,16 @@ class Receiver:
         self.overflow = overflow
         self.hello_interval_s = hello_interval_s
         self.max_frame_bytes = max_frame_bytes
-        self._flow = make_receiver_flow(mode, stream=stream, receiver=self.receiver_id,
-                                        capacity_msgs=capacity_msgs, nak=nak, ack=ack,
-                                        rng=random.Random())
-        self._mac = (None if shared_key is None
-                      else FrameAuth(shared_key))
-        self._warned_auth = False
         if max_streams < 1:
             raise ConfigError("max_streams must be >= 1")
-        self._tracker = SequenceTracker(drop_duplicates=drop_duplicates, max_streams=max_streams)
+        self._t0 = time.monotonic()
+        self._wall_offset = time.time() - self._t0
+        self.core = ReceiverCore(mode=self.mode, stream=stream, receiver_id=self.receiver_id,
+                                 capacity_msgs=capacity_msgs, nak=nak, ack=ack, repair=repair,
+                                 rng=random.Random(), drop_duplicates=drop_duplicates,
+                                 max_streams=max_streams, shared_key=shared_key,
+                                 max_frame_bytes=max_frame_bytes,
+                                 wall_offset=self._wall_offset, test_data_loss=test_data_loss)
         self._episodes = BackpressureEpisodes(capacity_msgs)
         self._chunk = max(1, min(256, capacity_msgs // 20))
         ack_cfg = ack or AckConfig()
@@ -181,8 +167,8 @@ class Receiver:
 
         # shared between the I/O thread and consumers, under _cond
         self._cond = threading.Condition()
-        self._queue: deque[tuple[tuple[str, int], Message]] = deque()
-        self._released: dict[tuple[str, int], int] = {}
+        self._queue: deque[tuple[Key, Message]] = deque()
+        self._released: dict[Key, int] = {}
         self._since_wake = 0
         self._stopping = False
         self._io_done = False
@@ -193,28 +179,14 @@ class Receiver:
         self._lat_max = 0.0
         self._lat_outliers = 0
         # owned by the I/O thread
-        self._pending: deque[tuple[tuple[str, int], Message]] = deque()
+        self._pending: deque[tuple[Key, Message]] = deque()
         self._behind_since: float | None = None
-        self._window_s = (nak or NakConfig()).window_s
-        self._ends: dict[tuple[str, int], int] = {}
-        self._hellos: dict[tuple[str, int], None] = {}  # senders heard saying HELLO
-        self._warned_mode = False
-        self.frames_in = 0
-        self.messages_in = 0
-        self.malformed = 0
-        self.foreign = 0
-        self.dropped = 0
+        self._ends: dict[Key, int] = {}  # the core's, copied under _cond when it changes
+        self._ends_seen = 0
         self.queue_peak = 0
-        self.feedback_sent = 0
-        self.feedback_bytes = 0
         self.handler_errors = 0
-        self.saturated_polls = 0
-        self._dropped_seen = 0
         self.error: BaseException | None = None
-        self._t0 = time.monotonic()
-        self._wall_offset = time.time() - self._t0
         self._t_end: float | None = None
-        self._t_first_data: float | None = None
         self.timeline = Timeline(("depth", "seen_depth", "received", "delivered", "dropped"),
                                  interval_s=timeline_interval_s)
 
@@ -302,11 +274,27 @@ class Receiver:
     def depth(self) -> int:
         return len(self._queue)
 
-    def ends(self) -> dict[tuple[str, int], int]:
+    @property
+    def frames_in(self) -> int:
+        """Frames read from the data channel (any, malformed ones included)."""
+        return self.core.frames_in
+
+    @property
+    def dropped(self) -> int:
+        """Messages the full queue dropped (some may have been repaired since)."""
+        return self.core.dropped
+
+    def awaiting_repair(self) -> int:
+        """Streams still missing messages this receiver asks to have repaired (0 once
+        everything arrived, or was reported beyond history or given up)."""
+        return len(self.core.tracker.with_gaps)
+
+    def ends(self) -> dict[Key, int]:
         """END frames seen: (sender, epoch) -> final seq. Only of streams this receiver
         heard before their END (DATA or HELLO; a sender that sent nothing says HELLO before
         END), so a stranger's END cannot make ``wait_for_ends`` return early."""
-        return dict(self._ends)
+        with self._cond:
+            return dict(self._ends)
 
     def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
         """Wait until END arrived from ``n`` distinct senders; False on timeout."""
@@ -366,8 +354,7 @@ class Receiver:
             log.exception("receiver I/O thread failed")
         finally:
             try:
-                self._fb.send(self._seal(encode(Bye(self.stream, self.receiver_id, "receiver", 0,
-                                                    time.monotonic() + self._wall_offset))))
+                self._fb.send(self.core.bye(now=time.monotonic()))
             except zmq.ZMQError:
                 pass
             self._t_end = time.monotonic()
@@ -387,6 +374,7 @@ class Receiver:
             self._auth = None
 
     def _io_loop(self) -> None:
+        core = self.core
         with_data = zmq.Poller()
         without_data = zmq.Poller()
         for p in (with_data, without_data):
@@ -398,11 +386,10 @@ class Receiver:
         while not self._stopping:
             now = time.monotonic()
             if now >= next_hello:
-                self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, "",
-                                 now + self._wall_offset))
+                self._fb.send(core.hello(now=now))
                 next_hello = now + self.hello_interval_s
             deadline = min(next_hello, now + IDLE_POLL_S)
-            fd = self._flow.next_deadline()
+            fd = core.next_deadline()
             if fd is not None:
                 deadline = min(deadline, fd)
             blocked = self._pending or (self.overflow == "block"
@@ -410,28 +397,11 @@ class Receiver:
             poller = without_data if blocked else with_data
             events = dict(poller.poll(max(0, math.ceil((deadline - now) * 1000))))
             if self._data in events:
-                # read until a chunk of *messages* is pending (a batched frame holds many)
-                pend, chunk, frames = self._pending, self._chunk, 0
-                recv = self._data.recv
-                try:
-                    while len(pend) < chunk and frames < chunk:
-                        buf = recv(zmq.NOBLOCK)
-                        frames += 1
-                        self._on_data_socket(buf)
-                except zmq.Again:
-                    pass
-                # behind = frames still waiting after a whole chunk was read
-                full = ((len(pend) >= chunk or frames >= chunk)
-                        and bool(int(self._data.get(zmq.EVENTS)) & zmq.POLLIN))
-                self._flush_chunk()
-                if not full:
-                    self._behind_since = None
-                elif self._behind_since is None:
-                    self._behind_since = time.monotonic()
+                self._read_data()
             if self._hear is not None and self._hear in events:
                 now = time.monotonic()
                 for buf in drain(self._hear, 1000):
-                    self._on_overheard(buf, now)
+                    core.on_overheard(buf, now=now)
             if self._wake_r in events:
                 try:
                     os.read(self._wake_r, 4096)
@@ -441,151 +411,47 @@ class Receiver:
                 self._flush_chunk()
             self._feedback(time.monotonic())
 
-    def _seal(self, buf: bytes) -> bytes:
-        return buf if self._mac is None else self._mac.seal(buf, now=time.time())
-
-    def _send(self, frame: Frame) -> None:
-        buf = self._seal(encode(frame))
-        self._fb.send(buf)
-        self.feedback_sent += 1
-        self.feedback_bytes += len(buf)
+    def _read_data(self) -> None:
+        """Read until a chunk of *messages* is pending (a batched frame holds many)."""
+        core, pend, chunk, frames = self.core, self._pending, self._chunk, 0
+        recv, deliver, send = self._data.recv, pend.append, self._fb.send
+        now = time.monotonic()
+        try:
+            while len(pend) < chunk and frames < chunk:
+                buf = recv(zmq.NOBLOCK)
+                frames += 1
+                for out in core.on_data(buf, deliver, now=now):
+                    send(out)
+        except zmq.Again:
+            pass
+        # behind = frames still waiting after a whole chunk was read
+        full = ((len(pend) >= chunk or frames >= chunk)
+                and bool(int(self._data.get(zmq.EVENTS)) & zmq.POLLIN))
+        self._flush_chunk()
+        if core.ends_changed != self._ends_seen:
+            self._ends_seen = core.ends_changed
+            with self._cond:
+                self._ends = dict(core.ends)
+                self._cond.notify_all()
+        if not full:
+            self._behind_since = None
+        elif self._behind_since is None:
+            self._behind_since = time.monotonic()
 
     def _feedback(self, now: float) -> None:
+        core = self.core
         with self._cond:
             released, self._released = self._released, {}
             depth = len(self._queue)
         for key, n in released.items():
-            self._flow.on_released(key, n)
+            core.on_released(key, n)
         self._episodes.observe(depth, now=now)
-        seen_depth = depth
-        if self.dropped > self._dropped_seen:  # overflowed since the last look: it was full
-            self._dropped_seen = self.dropped
-            seen_depth = self.capacity_msgs
-        if self._behind_since is not None:
-            behind = (now - self._behind_since) / self._window_s
-            for windows, fill in SATURATION_FILL:
-                if behind >= windows:
-                    seen_depth = max(depth, math.ceil(fill * self.capacity_msgs))
-                    self.saturated_polls += 1
-                    break
-        for frame in self._flow.poll(seen_depth, now=now):
-            self._send(frame)
+        seen_depth = core.seen_depth(depth, self._behind_since, now=now)
+        for buf in core.poll(seen_depth, now=now):
+            self._fb.send(buf)
         if self.timeline.due(now):
-            self.timeline.sample(now, depth, seen_depth, self.messages_in, self.delivered,
-                                 self.dropped)
-
-    def _decode_own(self, buf: bytes) -> Frame | None:
-        """Decode a frame of this stream; count and drop malformed, foreign, unsealed
-        (with a shared key) and replayed ones."""
-        try:
-            body, counter = unseal(self._mac, buf)
-            frame = decode(body, self.max_frame_bytes)
-        except AuthError as exc:
-            self._warn_auth(f"frame refused: {exc}")
-            return None
-        except ProtocolError:
-            self._count_malformed(buf)
-            return None
-        if frame.stream != self.stream:
-            self.foreign += 1
-            return None
-        if self._mac is not None and not self._admit(origin(frame), counter):
-            return None
-        return frame
-
-    def _admit(self, node: tuple[str, int], counter: int) -> bool:
-        assert self._mac is not None
-        return self._mac.admit(node, counter, now=time.monotonic() + self._wall_offset)
-
-    def _count_malformed(self, buf: bytes) -> None:
-        self.malformed += 1
-        if self._mac is None and looks_sealed(buf):
-            self._warn_auth("frames are sealed with a shared key, but this receiver has "
-                            "none (shared_key=)")
-
-    def _warn_auth(self, what: str) -> None:
-        if not self._warned_auth:
-            self._warned_auth = True
-            log.warning("stream %r: %s (counted in snapshot()['auth'])", self.stream, what)
-
-    def _on_data_socket(self, buf: bytes) -> None:
-        self.frames_in += 1
-        auth = self._mac
-        try:
-            body, counter = unseal(auth, buf)
-            got = decode_data(body, self.max_frame_bytes)
-        except AuthError as exc:
-            self._warn_auth(f"frame refused: {exc}")
-            return
-        except ProtocolError:
-            self._count_malformed(buf)
-            return
-        if type(got) is tuple:  # DATA, the hot path
-            stream, sender, epoch, seq, ts, payloads = got
-            if stream != self.stream:
-                self.foreign += 1
-                return
-            if auth is not None and not self._admit((sender, epoch), counter):
-                return
-            self._on_data(sender, epoch, seq, ts, payloads)
-            return
-        frame = got
-        assert not isinstance(frame, tuple)
-        if frame.stream != self.stream:
-            self.foreign += 1
-            return
-        if auth is not None and not self._admit(origin(frame), counter):
-            return
-        now = time.monotonic()
-        if isinstance(frame, Data):  # DATA that the hot path left to the full decoder
-            self._on_data(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads)
-        elif isinstance(frame, Hello) and frame.role == "sender":
-            if frame.mode != self.mode:
-                self._warn_mode(f"sender {frame.node} runs mode {frame.mode!r}")
-            # a sender repeats HELLO while it waits (for receivers, or for credit)
-            key = (frame.node, frame.epoch)
-            self._flow.on_sender(key, frame.next_seq, now=now, waiting=True)
-            if key not in self._hellos:
-                self._hellos[key] = None
-                if len(self._hellos) > self._tracker.max_streams:
-                    del self._hellos[next(iter(self._hellos))]
-            self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, frame.node,
-                             now + self._wall_offset))
-        elif isinstance(frame, End):
-            key = (frame.sender, frame.epoch)
-            heard = key in self._hellos or key in self._tracker.streams
-            self._tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
-            self._flow.on_sender_gone(key)
-            if heard:
-                with self._cond:
-                    self._ends[key] = frame.final_seq
-                    if len(self._ends) > self._tracker.max_streams:  # bounded, like the tracker
-                        del self._ends[next(iter(self._ends))]
-                    self._cond.notify_all()
-        elif isinstance(frame, Bye) and frame.role == "sender":
-            # after END this changes nothing; without END (an aborted sender) its stream
-            # stays incomplete and its credit window is freed for the others
-            self._flow.on_sender_gone((frame.node, frame.epoch))
-        else:
-            self.foreign += 1  # feedback-type frames do not belong on the data channel
-
-    def _on_data(self, sender: str, epoch: int, seq: int, ts: float,
-                 payloads: Sequence[bytes]) -> None:
-        key = (sender, epoch)
-        count = len(payloads)
-        if self._t_first_data is None:
-            self._t_first_data = time.time()
-        self.messages_in += count
-        ranges = self._tracker.on_data(sender, epoch, seq, count)
-        self._flow.on_sender(key, seq + count, now=time.monotonic())
-        pend = self._pending
-        if len(ranges) == 1 and ranges[0] == (0, count):  # all new: the usual case
-            pend.extend([(key, Message(sender, epoch, seq + i, ts, p))
-                         for i, p in enumerate(payloads)])
-            return
-        for lo, hi in ranges:
-            for i in range(lo, hi):
-                pend.append((key, Message(sender, epoch, seq + i, ts, payloads[i])))
+            self.timeline.sample(now, depth, seen_depth, core.messages_in, self.delivered,
+                                 core.dropped)
 
     def _flush_chunk(self) -> None:
         """Move pending messages into the queue, applying the overflow policy."""
@@ -593,8 +459,8 @@ class Receiver:
         if not pend:
             return
         cap = self.capacity_msgs
-        enq: dict[tuple[str, int], int] = {}
-        dropped = 0
+        enq: dict[Key, int] = {}
+        dropped: list[Message] = []
         with self._cond:
             q = self._queue
             while pend:
@@ -602,35 +468,22 @@ class Receiver:
                     if self.overflow == "block":
                         break
                     if self.overflow == "drop-newest":
-                        pend.popleft()
-                        dropped += 1
+                        dropped.append(pend.popleft()[1])
                         continue
-                    old_key, _ = q.popleft()  # drop-oldest
+                    old_key, old = q.popleft()  # drop-oldest
                     self._released[old_key] = self._released.get(old_key, 0) + 1
-                    dropped += 1
+                    dropped.append(old)
                 item = pend.popleft()
                 q.append(item)
                 enq[item[0]] = enq.get(item[0], 0) + 1
             if len(q) > self.queue_peak:
                 self.queue_peak = len(q)
             self._cond.notify_all()
-        self.dropped += dropped
+        core = self.core
+        for msg in dropped:
+            core.on_dropped(msg)
         for key, n in enq.items():
-            self._flow.on_enqueued(key, n)
-
-    def _on_overheard(self, buf: bytes, now: float) -> None:
-        frame = self._decode_own(buf)
-        if frame is None:
-            return
-        if is_other_modes_feedback(frame, self.mode):
-            self._warn_mode(f"{type(frame).__name__} from receiver {frame.receiver}")
-        self._flow.on_overheard(frame, now=now)
-
-    def _warn_mode(self, what: str) -> None:
-        if not self._warned_mode:
-            self._warned_mode = True
-            log.warning("mode mismatch on stream %r (this receiver: %r): %s", self.stream,
-                        self.mode, what)
+            core.on_enqueued(key, n)
 
     # -- metrics -----------------------------------------------------------------
     def latency_ms(self) -> dict[str, float | None]:
@@ -651,12 +504,18 @@ class Receiver:
                 "outliers": outliers}
 
     def snapshot(self) -> dict[str, Any]:
-        """Metrics, JSON-ready."""
+        """Metrics, JSON-ready.
+
+        ``dropped`` counts what the full queue dropped; ``dropped_unrepaired``, ``lost``
+        (in flight) and ``beyond_history`` what is still missing for good or for now;
+        ``repaired`` how many of ``delivered`` came by repair.
+        """
         now = time.monotonic()
-        flow = self._flow.snapshot()
-        totals = self._tracker.totals()
+        core = self.core
+        totals = core.tracker.totals()
         elapsed = (self._t_end or now) - self._t0
-        first, last = self._t_first_data, self._t_last_delivery
+        first = None if core.first_data_at is None else core.first_data_at + self._wall_offset
+        last = self._t_last_delivery
         active = max(0.0, last - first) if first is not None and last is not None else 0.0
         return {
             "receiver_id": self.receiver_id,
@@ -666,32 +525,32 @@ class Receiver:
             "overflow": self.overflow,
             "elapsed_s": round(elapsed, 6),
             "started_at": round(self._t0 + self._wall_offset, 6),  # wall time of timeline t=0
-            "frames": self.frames_in,
+            "frames": core.frames_in,
             "received": totals["received"],
             "delivered": self.delivered,
             "active_s": round(active, 6),
             "goodput_msgs": round(self.delivered / active, 1) if active > 0 else 0.0,
             "queued": len(self._queue) + len(self._pending),
-            "dropped": self.dropped,
+            "dropped": core.dropped,
+            "dropped_unrepaired": totals["dropped"],
             "lost": totals["lost"],
+            "repaired": totals["repaired"],
+            "beyond_history": totals["beyond_history"],
+            "repair_redundant": totals["redundant"],
             "missed_before_join": totals["missed_before_join"],
             "duplicates": totals["duplicates"],
-            "streams_evicted": self._tracker.evicted,
-            "malformed": self.malformed,
-            "foreign": self.foreign,
-            "auth": None if self._mac is None else self._mac.snapshot(),
+            "streams_evicted": core.tracker.evicted,
+            "malformed": core.malformed,
+            "foreign": core.foreign,
             "queue_peak": self.queue_peak,
-            "policy": flow,
-            "naks_sent": flow.get("naks_sent", {}),
-            "naks_suppressed": flow.get("naks_suppressed", 0),
-            "credits_sent": flow.get("credits_sent", 0),
-            "feedback_frames": self.feedback_sent,
-            "feedback_bytes": self.feedback_bytes,
+            **core.snapshot(),
+            "feedback_frames": core.feedback_sent,
+            "feedback_bytes": core.feedback_bytes,
             "latency_ms": self.latency_ms(),
             **self._episodes.snapshot(now=now),
-            "senders": self._tracker.per_sender(),
+            "senders": core.tracker.per_sender(),
             "handler_errors": self.handler_errors,
-            "io_saturated_polls": self.saturated_polls,
+            "io_saturated_polls": core.saturated_polls,
             "error": None if self.error is None else repr(self.error),
             "timeline": self.timeline.as_dict(t0=self._t0),
         }

@@ -8,7 +8,6 @@ Both sockets belong to the thread that uses the Sender; never share one.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
@@ -20,25 +19,12 @@ import zmq
 
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
-from ._auth import AuthError, FrameAuth, SharedKey, looks_sealed, origin, unseal
-from ._codec import (
-    DEFAULT_MAX_FRAME_BYTES,
-    T_DATA,
-    VERSION,
-    Bye,
-    End,
-    Hello,
-    decode,
-    encode,
-    encode_data,
-    pack_frame,
-)
-from ._config import AckConfig, NakConfig, check_mode
-from ._errors import ConfigError, ProtocolError
-from ._flow import AckFlow, is_other_modes_feedback, make_sender_flow
-from ._timeline import Timeline
-
-log = logging.getLogger("nakflow.sender")
+from ._auth import SharedKey
+from ._codec import DEFAULT_MAX_FRAME_BYTES, T_DATA, VERSION, pack_frame
+from ._config import AckConfig, NakConfig, RepairConfig, check_mode
+from ._errors import ConfigError
+from ._flow import AckFlow
+from ._sender_core import SenderCore
 
 FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
 #: ``send`` takes permission for up to this many messages at once and spends it without
@@ -46,16 +32,6 @@ FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feed
 ALLOWANCE_MSGS = 256
 MAX_BATCH_MSGS = 1024  # payloads per DATA frame in send_batch
 MAX_BATCH_BYTES = 256 * 1024
-#: Receivers remembered by id for presence (HELLO); past it the least recently heard is
-#: forgotten, so made-up ids cannot grow memory.
-MAX_PEERS = 4096
-
-
-def _remember(peers: dict[str, None], node: str) -> None:
-    peers.pop(node, None)
-    peers[node] = None
-    if len(peers) > MAX_PEERS:
-        del peers[next(iter(peers))]
 
 
 class Sender:
@@ -76,6 +52,8 @@ class Sender:
             rate limit, credit, blocked time over time; bounded in size).
         shared_key: seal every frame sent and accept only sealed feedback (HMAC-SHA256,
             replays refused; see ``nakflow._auth``). For multicast, where CURVE cannot go.
+        repair: history and repair (``nak`` mode; on by default): receivers' requests
+            for lost messages are answered from a bounded history of recent DATA.
 
     Raises:
         ConfigError, transports.EndpointError: bad arguments.
@@ -89,7 +67,8 @@ class Sender:
                  hello_interval_s: float = 0.1, max_rate_msgs: float | None = None,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  timeline_interval_s: float = 0.05,
-                 shared_key: SharedKey | None = None) -> None:
+                 shared_key: SharedKey | None = None,
+                 repair: RepairConfig | None = None) -> None:
         self.mode = check_mode(mode)
         if not stream or len(stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
@@ -100,12 +79,14 @@ class Sender:
             raise ConfigError("epoch must be >= 0")
         self.hello_interval_s = hello_interval_s
         self.max_frame_bytes = max_frame_bytes
-        self._flow = make_sender_flow(mode, stream=stream, sender=self.sender_id,
-                                      epoch=self.epoch, nak=nak, ack=ack,
-                                      max_rate_msgs=max_rate_msgs)
-        self._mac = (None if shared_key is None
-                      else FrameAuth(shared_key))
-        self._warned_auth = False
+        self._t0 = time.monotonic()
+        self._wall_offset = time.time() - self._t0
+        self.core = SenderCore(mode=self.mode, stream=stream, sender_id=self.sender_id,
+                               epoch=self.epoch, nak=nak, ack=ack, repair=repair,
+                               max_rate_msgs=max_rate_msgs, shared_key=shared_key,
+                               max_frame_bytes=max_frame_bytes, wall_offset=self._wall_offset,
+                               timeline_interval_s=timeline_interval_s)
+        self._flow = self.core.flow
         self._ctx = context or zmq.Context.instance()
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         self._pub, _ = open_pub(self._ctx, data_uris, bind=False, options=options)
@@ -117,41 +98,33 @@ class Sender:
         self._poller = zmq.Poller()
         self._poller.register(self._sub, zmq.POLLIN)
         self._pid = os.getpid()
-        self._t0 = time.monotonic()
-        self._wall_offset = time.time() - self._t0
         self._next_fb_check = self._t0
         self._next_hello = self._t0
-        self.seq = 0
         self._allow = 0  # messages admitted ahead by the policy, not yet sent
         self._allow_until = 0.0  # ... usable until then
-        self._frames_saved = 0  # messages that shared a DATA frame with another
         self._closed = False
-        self._ended = False
-        self._receivers_heard: dict[str, None] = {}
-        self._echoed: dict[str, None] = {}
-        self._warned_mode = False
-        self._said_hello = False
-        self.bytes = 0
         self.blocked_s = 0.0
         self.credit_stalled_s = 0.0
         self.try_refused = 0
-        self.feedback_frames = 0
-        self.feedback_bytes = 0
-        self.malformed = 0
-        self.foreign = 0
-        self.timeline = Timeline(("sent", "rate_limit", "credit", "blocked_s"),
-                                 interval_s=timeline_interval_s)
-        self._tl_next = self._t0
+
+    @property
+    def seq(self) -> int:
+        """The next seq; every seq below it was sent."""
+        return self.core.seq
 
     @property
     def sent(self) -> int:
         """Messages sent."""
-        return self.seq
+        return self.core.seq
 
     @property
     def frames(self) -> int:
-        """DATA frames sent."""
-        return self.seq - self._frames_saved
+        """DATA frames sent (repairs not counted)."""
+        return self.core.frames
+
+    @property
+    def timeline(self) -> Any:
+        return self.core.timeline
 
     # -- sending ---------------------------------------------------------------
     def try_send(self, payload: bytes) -> bool:
@@ -170,20 +143,21 @@ class Sender:
         Raises TimeoutError if ``timeout`` seconds pass without permission.
         """
         now = time.monotonic()
-        if self._allow and now < self._allow_until:  # the hot path: permission in hand
-            seq = self.seq
+        core = self.core
+        if self._allow and now < self._allow_until and core.history is None and core.mac is None:
+            seq = core.seq  # the hot path: permission in hand, nothing to remember or seal
             buf = pack_frame([VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq,
                               now + self._wall_offset, [payload]])
             size = len(buf)
             if size > self.max_frame_bytes:
                 raise ValueError(f"message of {size} bytes exceeds max_frame_bytes")
-            self._pub.send(buf if self._mac is None
-                           else self._mac.seal(buf, now=now + self._wall_offset))
+            self._pub.send(buf)
             self._allow -= 1
-            self.seq = seq + 1
-            self.bytes += size
+            core.seq = seq + 1
+            core.frames += 1
+            core.bytes += size
             return
-        if self._take_allowance(now):
+        if (self._allow and now < self._allow_until) or self._take_allowance(now):
             self._allow -= 1
         else:
             granted, wait = self._flow.admit(1, now=now)
@@ -192,13 +166,13 @@ class Sender:
         self._emit(now, (payload,))
 
     def _take_allowance(self, now: float) -> bool:
-        """Give back what is left of the last allowance, look at feedback if due, and
-        take permission for up to ALLOWANCE_MSGS messages; False if none was granted."""
+        """Give back what is left of the last allowance, look at feedback (and send due
+        repairs) if due, and take permission for up to ALLOWANCE_MSGS messages; False if
+        none was granted."""
         self._give_back()
         if now >= self._next_fb_check:
             self._read_feedback(now, 0.0)
-        if now >= self._tl_next:
-            self._sample(now)
+        self.core.sample(now, self.blocked_s)
         k = self._flow.admit_up_to(ALLOWANCE_MSGS, now=now)
         self._allow = k
         self._allow_until = self._next_fb_check
@@ -248,8 +222,7 @@ class Sender:
             before, now = now, time.monotonic()
             if math.isinf(wait):  # nothing granted: the slowest receiver's credit is spent
                 self.credit_stalled_s += now - before
-            if now >= self._tl_next:
-                self._sample(now)
+            self.core.sample(now, self.blocked_s)
             if math.isinf(wait) and now >= self._next_hello:
                 self._hello(now)
             granted, wait = self._flow.admit(n, now=now)
@@ -261,91 +234,39 @@ class Sender:
                 raise TimeoutError(f"no permission to send within {timeout} s ({self.mode})")
 
     def _emit(self, now: float, payloads: Sequence[bytes]) -> None:
-        buf = encode_data(self.stream, self.sender_id, self.epoch, self.seq,
-                          now + self._wall_offset, payloads)
-        if len(buf) > self.max_frame_bytes:
-            raise ValueError(f"message of {len(buf)} bytes exceeds max_frame_bytes")
-        self._out(buf)
-        k = len(payloads)
-        self.seq += k
-        self._frames_saved += k - 1
-        self.bytes += len(buf)
-        if now >= self._tl_next:
-            self._sample(now)
-
-    def _sample(self, now: float) -> None:
-        rate, credit = self._flow.limits(now=now)
-        self.timeline.sample(now, self.sent, rate, credit, self.blocked_s)
-        self._tl_next = now + self.timeline.interval_s
+        self._pub.send(self.core.data(payloads, now=now))
+        self.core.sample(now, self.blocked_s)
 
     # -- feedback --------------------------------------------------------------
     def _read_feedback(self, now: float, timeout_s: float) -> None:
-        """Handle pending feedback; wait up to ``timeout_s`` for the first frame."""
+        """Handle pending feedback, waiting up to ``timeout_s`` for the first frame; then
+        send the repairs the policy admits."""
         self._next_fb_check = now + FEEDBACK_CHECK_S
-        if timeout_s > 0 and not self._poller.poll(max(1, math.ceil(timeout_s * 1000))):
+        core = self.core
+        if (timeout_s > 0 and not self._poller.poll(max(1, math.ceil(timeout_s * 1000)))
+                and not core.repairs_pending):
             return
         frames = drain(self._sub, 10_000)
-        if not frames:
-            return
         now = time.monotonic()
-        auth = self._mac
         for buf in frames:
-            self.feedback_bytes += len(buf)
-            try:
-                body, counter = unseal(auth, buf)
-                frame = decode(body, self.max_frame_bytes)
-            except AuthError as exc:
-                self._warn_auth(f"feedback refused: {exc}")
-                continue
-            except ProtocolError:
-                if auth is None and looks_sealed(buf):
-                    self._warn_auth("feedback is sealed with a shared key, but this sender "
-                                    "has none (shared_key=)")
-                self.malformed += 1
-                continue
-            if frame.stream != self.stream:
-                self.foreign += 1
-                continue
-            if auth is not None and not auth.admit(origin(frame), counter,
-                                                   now=now + self._wall_offset):
-                continue  # a replay, or too old: counted by auth
-            self.feedback_frames += 1
-            if isinstance(frame, Hello):
-                if frame.role == "receiver":
-                    _remember(self._receivers_heard, frame.node)
-                    if frame.echo == self.sender_id:
-                        _remember(self._echoed, frame.node)
-                    if frame.mode != self.mode:
-                        self._warn_mode(f"receiver {frame.node} runs mode {frame.mode!r}")
-            elif isinstance(frame, Bye):
-                if frame.role == "receiver":
-                    self._receivers_heard.pop(frame.node, None)
-                    if isinstance(self._flow, AckFlow):
-                        self._flow.on_receiver_bye(frame.node)
-            elif is_other_modes_feedback(frame, self.mode):
-                self._warn_mode(f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
-            self._flow.on_feedback(frame, now=now)
+            core.on_feedback(buf, now=now)
+        for buf in core.repairs_due(now=now):
+            self._pub.send(buf)
 
-    def _warn_auth(self, what: str) -> None:
-        if not self._warned_auth:
-            self._warned_auth = True
-            log.warning("stream %r: %s (counted in snapshot()['auth'])", self.stream, what)
-
-    def _out(self, buf: bytes) -> None:
-        self._pub.send(buf if self._mac is None else self._mac.seal(buf, now=time.time()))
-
-    def _warn_mode(self, what: str) -> None:
-        if not self._warned_mode:
-            self._warned_mode = True
-            log.warning("mode mismatch on stream %r: %s; check every side's mode", self.stream,
-                        what)
+    def poll(self, timeout_s: float = 0.0) -> None:
+        """Handle feedback and serve repairs for up to ``timeout_s`` (a sender with nothing
+        to send calls this now and then, so receivers' repair requests are answered)."""
+        self._give_back()
+        end = time.monotonic() + timeout_s
+        while True:
+            now = time.monotonic()
+            self._read_feedback(now, max(0.0, end - now))
+            if time.monotonic() >= end:
+                return
 
     def _hello(self, now: float) -> None:
-        self._said_hello = True
         self._next_hello = now + self.hello_interval_s
-        hello = Hello(self.stream, self.sender_id, "sender", self.mode, self.epoch, self.seq,
-                      "", now + self._wall_offset)
-        self._out(encode(hello))
+        self._pub.send(self.core.hello(now=now))
 
     def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
         """Block until ``n`` receivers answer this sender's HELLO on the data channel.
@@ -361,7 +282,7 @@ class Sender:
         flow = self._flow
         while True:
             now = time.monotonic()
-            ready = set(self._echoed)
+            ready = set(self.core.echoed)
             if isinstance(flow, AckFlow):
                 ready = ready & set(flow.ledger.receivers)
             if len(ready) >= n:
@@ -378,14 +299,28 @@ class Sender:
         self._give_back()
         now = time.monotonic()
         self._read_feedback(now, 0.0)
-        if self.seq == 0 and not self._said_hello:  # receivers count ENDs of streams heard
-            self._hello(now)
-        self._out(encode(End(self.stream, self.sender_id, self.epoch, self.seq,
-                                  now + self._wall_offset)))
-        self._ended = True
+        if self.core.seq == 0 and not self.core.said_hello:  # receivers count ENDs of
+            self._hello(now)  # streams they heard
+        self._pub.send(self.core.end(now=now))
+
+    def _linger_for_repairs(self) -> None:
+        """After END, answer repair requests until none came for ``linger_quiet_s`` (at
+        most ``linger_max_s``): receivers ask for a lost tail only once END shows it."""
+        core = self.core
+        if core.history is None or core.seq == 0:
+            return
+        cfg = core.history.config
+        start = time.monotonic()
+        end = start + cfg.linger_max_s
+        while True:
+            now = time.monotonic()
+            quiet_until = max(start, core.last_repair_request) + cfg.linger_quiet_s
+            if now >= end or (now >= quiet_until and not core.repairs_pending):
+                return
+            self._read_feedback(now, max(0.0, min(quiet_until, end) - now))
 
     def close(self, linger_s: float | None = None) -> None:
-        """Send END (again) and BYE, then close the sockets."""
+        """Send END (again), serve repair requests for a moment, send BYE, close sockets."""
         self._close(linger_s, end=True)
 
     def abort(self, linger_s: float | None = None) -> None:
@@ -406,8 +341,8 @@ class Sender:
             if end:
                 self.flush()  # END again even after flush(): it is idempotent, and on a
                 # lossy transport (multicast without flow control) one copy can be lost
-            self._out(encode(Bye(self.stream, self.sender_id, "sender", self.epoch,
-                                      time.monotonic() + self._wall_offset)))
+                self._linger_for_repairs()
+            self._pub.send(self.core.bye(now=time.monotonic()))
         finally:
             linger = None if linger_s is None else int(linger_s * 1000)
             self._pub.close(linger)
@@ -423,32 +358,23 @@ class Sender:
     def snapshot(self) -> dict[str, Any]:
         """Metrics, JSON-ready."""
         now = time.monotonic()
-        flow = self._flow.snapshot()
         elapsed = now - self._t0
-        snap: dict[str, Any] = {
+        core = self.core.snapshot()
+        policy = core.pop("policy")
+        return {
             "sender_id": self.sender_id,
             "epoch": self.epoch,
             "stream": self.stream,
             "mode": self.mode,
             "sent": self.sent,
             "frames": self.frames,
-            "bytes": self.bytes,
+            "bytes": self.core.bytes,
             "elapsed_s": round(elapsed, 6),
             "rate_msgs": round(self.sent / elapsed, 1) if elapsed > 0 else 0.0,
             "blocked_s": round(self.blocked_s, 6),
             "credit_stalled_s": round(self.credit_stalled_s, 6),
             "try_refused": self.try_refused,
-            "rate_limit": flow.get("rate_limit"),
-            "naks_received": flow.get("naks_received", {}),
-            "cuts": flow.get("cuts", 0),
-            "receivers": flow.get("receivers") if self.mode == "ack"
-            else len(self._receivers_heard),
-            "feedback_frames": self.feedback_frames,
-            "feedback_bytes": self.feedback_bytes,
-            "feedback_malformed": self.malformed,
-            "feedback_foreign": self.foreign,
-            "auth": None if self._mac is None else self._mac.snapshot(),
-            "policy": flow,
-            "timeline": self.timeline.as_dict(t0=self._t0),
+            **core,
+            "policy": policy,
+            "timeline": self.core.timeline.as_dict(t0=self._t0),
         }
-        return snap

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nakflow import AckConfig, ConfigError, NakConfig, check_mode
+from nakflow import AckConfig, ConfigError, NakConfig, RepairConfig, check_mode
 from transports import SocketOptions, parse_endpoints
 
 
@@ -25,6 +25,8 @@ class WriterConfig:
             the same job (or replays of a streaming micro-batch) recognisable as
             re-sends, so receivers with ``drop_duplicates`` deliver their rows once.
         nak, ack: policy parameters (see nakflow.NakConfig / AckConfig).
+        repair: history and repair in ``nak`` mode (see nakflow.RepairConfig; on by
+            default): a task answers receivers' repair requests until its sender closes.
         max_rate_msgs: a per-task cap in every mode (``nak``: its ceiling), rows/s.
         batch_rows: rows pulled from the partition and sent per DATA frame; the most a
             task holds in memory beyond Spark's own iterator.
@@ -49,6 +51,7 @@ class WriterConfig:
     run_id: str | None = None
     nak: NakConfig = field(default_factory=NakConfig)
     ack: AckConfig = field(default_factory=AckConfig)
+    repair: RepairConfig = field(default_factory=RepairConfig)
     max_rate_msgs: float | None = None
     batch_rows: int = 128
     serializer: Callable[[Any], bytes] | None = None

@@ -162,7 +162,7 @@ def table_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             "mode": run["mode"], "receiver": r["receiver_id"], "rows_per_s": rows_per_s,
             "goodput": round(r["goodput_msgs"]), "delivered": r["delivered"],
             "missing": run["rows"] - r["delivered"], "dropped": r["dropped"],
-            "lost": r["lost"], "dups": r["duplicates"],
+            "repaired": r["repaired"], "lost": r["lost"], "dups": r["duplicates"],
             "complete": f"{len(complete)}/{run['partitions']}",
             "queue_peak": r["queue_peak"], "blocked_s": common["blocked_s"],
             "fb_frames": common["fb_frames"], "naks": sum(r["naks_sent"].values()),

@@ -116,7 +116,8 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     t0 = time.monotonic()
     sender = Sender(config.data, config.feedback, mode=config.mode, stream=config.stream,
                     sender_id=identity.sender_id, epoch=identity.attempt, nak=config.nak,
-                    ack=ack, max_rate_msgs=config.max_rate_msgs, options=config.options,
+                    ack=ack, repair=config.repair, max_rate_msgs=config.max_rate_msgs,
+                    options=config.options,
                     shared_key=(None if config.shared_key_file is None
                                 else load_shared_key(config.shared_key_file)))
     ok = False

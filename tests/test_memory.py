@@ -93,11 +93,11 @@ def test_a_flood_of_made_up_ids_does_not_grow_memory_past_the_tables():
         port = jf.bind_to_random_port("tcp://127.0.0.1")
         sender = start_sender(rx.data, [*rx.feedback, f"tcp://127.0.0.1:{port}"], mode="nak",
                               extra=["--count", "200000", "--max-rate", "10000",
-                                     "--wait-receivers", "1"])
+                                     "--wait-receivers", "1", "--history-age", "1"])
         rx_pid, tx_pid = rx.procs[0].pid, sender.pid
         rss: list[tuple[int, int]] = []
         try:
-            time.sleep(2.0)  # both are up and the real stream flows
+            time.sleep(2.0)  # both are up, the real stream flows, the repair history is full
             for _ in range(phases):
                 for i in range(phase_frames):
                     jd.send(junk_data(rng))

@@ -28,7 +28,7 @@ IN_NETNS = os.environ.get("NAKFLOW_IN_NETNS") == "1"
 COUNT = 20_000
 DATA_GROUP = "epgm://127.0.0.1;239.192.30.1:7101"
 FEEDBACK_GROUP = "epgm://127.0.0.1;239.192.30.2:7102"
-INNER_TESTS = 3
+INNER_TESTS = 4
 pytestmark = [pytest.mark.multicast, pytest.mark.slow]
 inner = pytest.mark.skipif(not IN_NETNS, reason="runs inside a private netns (see last test)")
 
@@ -63,6 +63,22 @@ def test_nak_over_epgm_one_slow_receiver_zero_loss(keyed: bool, key_file: str) -
         assert (r["auth"] is not None) == keyed and r["malformed"] == 0
     slow = next(r for r in run["receivers"] if r["receiver_id"] == "slow")
     assert sum(slow["naks_sent"].values()) > 0 and run["sender"]["cuts"] > 0
+
+
+@inner
+def test_nak_over_epgm_forced_loss_everything_repaired() -> None:
+    """Each receiver drops 1 % of the DATA it reads (a test hook, as loss in flight
+    would), one of them is slow: every message arrives, by repair from the history."""
+    specs = [ReceiverSpec("slow", consume_rate_msgs=5_000, capacity_msgs=2_000),
+             ReceiverSpec("fast", capacity_msgs=2_000)]
+    run = run_mode("nak", specs, count=COUNT, data_uri=DATA_GROUP, feedback_uri=FEEDBACK_GROUP,
+                   extra_receive=["--test-drop-data", "0.01"])
+    print(brief(run), {r["receiver_id"]: (r["repaired"], r["test_dropped"], r["repair"])
+                       for r in run["receivers"]}, run["sender"]["repair"])
+    for r in run["receivers"]:
+        assert r["test_dropped"] > 0 and r["repaired"] > 0
+        assert (r["delivered"], r["lost"], r["dropped_unrepaired"],
+                r["beyond_history"]) == (COUNT, 0, 0, 0), r["receiver_id"]
 
 
 class GroupForger:

@@ -12,7 +12,9 @@ def test_in_order_stream_is_complete():
         assert t.on_data("p", 1, s, 10) == [(0, 10)]
     st_ = t.on_end("p", 1, 100)
     assert st_.complete and t.totals() == {"lost": 0, "missed_before_join": 0,
-                                           "duplicates": 0, "received": 100}
+                                           "duplicates": 0, "received": 100, "dropped": 0,
+                                           "repaired": 0, "beyond_history": 0,
+                                           "redundant": 0}
 
 
 def test_gap_in_flight_missing_tail_and_late_join_are_kept_apart():
@@ -21,7 +23,8 @@ def test_gap_in_flight_missing_tail_and_late_join_are_kept_apart():
     t.on_data("p", 1, 70, 10)  # 60..69 lost in flight
     t.on_end("p", 1, 100)  # 80..99 lost
     assert t.totals() == {"lost": 30, "missed_before_join": 50, "duplicates": 0,
-                          "received": 20}
+                          "received": 20, "dropped": 0, "repaired": 0, "beyond_history": 0,
+                          "redundant": 0}
     assert t.per_sender()[0]["status"] == "incomplete"
 
 

@@ -189,7 +189,9 @@ def test_slow_receiver_none_drops_nak_and_ack_do_not(spark):
     for mode in ("nak", "ack"):
         for name in ("slow", "fast-1", "fast-2"):
             row = table[mode, name]
-            assert (row["missing"], row["dropped"], row["lost"]) == (0, 0, 0), (mode, name)
+            assert (row["missing"], row["lost"]) == (0, 0), (mode, name)
+            # ack never overfills a queue; what nak's did drop, it had repaired
+            assert row["dropped"] == (row["repaired"] if mode == "nak" else 0), (mode, name)
             assert row["complete"] == "2/2"
     assert table["none", "slow"]["dropped"] > 0
     assert table["none", "slow"]["missing"] == table["none", "slow"]["dropped"]

@@ -1,0 +1,86 @@
+"""The missing seqs of one stream, each range with the state of its repair requests.
+
+A range is ``LOST`` (a gap in flight: ZeroMQ PUB dropped at its high-water mark, or PGM
+gave up) or ``DROPPED`` (it arrived, but this receiver's full queue dropped it). Ranges
+are kept sorted and apart; at most MAX_GAPS per stream (bounded memory whatever
+arrives): past it the oldest range is given up and stays reported as lost or dropped.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+LOST, DROPPED = 0, 1
+KINDS = ("lost", "dropped")
+MAX_GAPS = 512
+
+
+class Gap:
+    __slots__ = ("due", "hi", "kind", "lo", "tries")
+
+    def __init__(self, lo: int, hi: int, kind: int, due: float, tries: int = 0) -> None:
+        self.lo, self.hi, self.kind, self.due, self.tries = lo, hi, kind, due, tries
+
+
+class GapList:
+    """Sorted, disjoint missing ranges ``[lo, hi)`` of one stream."""
+
+    def __init__(self) -> None:
+        self.gaps: list[Gap] = []
+        self._starts: list[int] = []
+        self.given_up = [0, 0]  # msgs per kind no longer asked for (bound or max requests)
+        self.progress = False  # something was filled since the requester last looked
+
+    def __len__(self) -> int:
+        return len(self.gaps)
+
+    def __iter__(self) -> Iterator[Gap]:
+        return iter(self.gaps)
+
+    def add(self, lo: int, hi: int, kind: int, due: float) -> None:
+        """``[lo, hi)`` went missing (it must not overlap a range already held)."""
+        gaps, starts = self.gaps, self._starts
+        i = bisect.bisect_right(starts, lo)
+        prev = gaps[i - 1] if i else None
+        if prev is not None and prev.hi == lo and prev.kind == kind and prev.tries == 0:
+            prev.hi = hi  # extends the newest range (drops come one by one)
+            return
+        gaps.insert(i, Gap(lo, hi, kind, due))
+        starts.insert(i, lo)
+        if len(gaps) > MAX_GAPS:
+            g = gaps.pop(0)
+            del starts[0]
+            self.given_up[g.kind] += g.hi - g.lo
+
+    def take(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """Remove ``[lo, hi)`` from the missing ranges; return the parts that were
+        missing as ``(lo, hi, kind)``."""
+        gaps, starts = self.gaps, self._starts
+        i = max(0, bisect.bisect_right(starts, lo) - 1)
+        out: list[tuple[int, int, int]] = []
+        while i < len(gaps) and gaps[i].lo < hi:
+            g = gaps[i]
+            o_lo, o_hi = max(lo, g.lo), min(hi, g.hi)
+            if o_lo >= o_hi:
+                i += 1
+                continue
+            out.append((o_lo, o_hi, g.kind))
+            left = Gap(g.lo, o_lo, g.kind, g.due, g.tries) if g.lo < o_lo else None
+            right = Gap(o_hi, g.hi, g.kind, g.due, g.tries) if o_hi < g.hi else None
+            parts = [p for p in (left, right) if p is not None]
+            gaps[i:i + 1] = parts
+            starts[i:i + 1] = [p.lo for p in parts]
+            i += len(parts)
+        if out:
+            self.progress = True
+        return out
+
+    def give_up(self, gap: Gap) -> None:
+        i = self.gaps.index(gap)
+        del self.gaps[i]
+        del self._starts[i]
+        self.given_up[gap.kind] += gap.hi - gap.lo
+
+    def missing(self) -> int:
+        return sum(g.hi - g.lo for g in self.gaps)

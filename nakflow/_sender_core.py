@@ -1,0 +1,240 @@
+"""One sender's whole protocol, sans-I/O (as h11's ``Connection``): frames and ``now`` in,
+frames out.
+
+Admission (the mode's policy), framing and sequence numbers, the history and
+repairs, presence (HELLO/END/BYE), feedback handling and sealing all live here.
+The live ``Sender`` only moves the bytes this object produces and consumes over
+ZeroMQ and waits as told; the simulator can drive the same object.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from ._auth import AuthError, FrameAuth, SharedKey, looks_sealed, origin, unseal
+from ._codec import (
+    T_DATA,
+    T_RDATA,
+    VERSION,
+    Bye,
+    End,
+    Gone,
+    Hello,
+    Repair,
+    decode,
+    encode,
+    pack_frame,
+)
+from ._config import AckConfig, NakConfig, RepairConfig
+from ._errors import ProtocolError
+from ._flow import AckFlow, is_other_modes_feedback, make_sender_flow
+from ._history import SendHistory, Slice
+from ._timeline import Timeline
+
+log = logging.getLogger("nakflow.sender")
+
+#: Receivers remembered by id for presence (HELLO); past it the least recently heard is
+#: forgotten, so made-up ids cannot grow memory.
+MAX_PEERS = 4096
+REPAIR_CHUNK_MSGS = 256  # repairs admitted per call, at most
+
+
+def remember(peers: dict[Any, None], key: Any, cap: int = MAX_PEERS) -> None:
+    """Insert ``key`` as the most recent; past ``cap`` forget the least recent."""
+    peers.pop(key, None)
+    peers[key] = None
+    if len(peers) > cap:
+        del peers[next(iter(peers))]
+
+
+class SenderCore:
+    """Sender protocol state. Every frame it returns is ready to go (sealed if keyed)."""
+
+    def __init__(self, *, mode: str, stream: str, sender_id: str, epoch: int,
+                 nak: NakConfig | None = None, ack: AckConfig | None = None,
+                 repair: RepairConfig | None = None, max_rate_msgs: float | None = None,
+                 shared_key: SharedKey | None = None, max_frame_bytes: int,
+                 wall_offset: float = 0.0, timeline_interval_s: float = 0.05) -> None:
+        self.mode, self.stream, self.sender_id, self.epoch = mode, stream, sender_id, epoch
+        self.flow = make_sender_flow(mode, stream=stream, sender=sender_id, epoch=epoch,
+                                     nak=nak, ack=ack, max_rate_msgs=max_rate_msgs)
+        rcfg = repair or RepairConfig()
+        self.history = SendHistory(rcfg) if mode == "nak" and rcfg.enabled else None
+        self._repairs: deque[Slice] = deque()
+        self._repair_msgs = 0
+        self._gone: list[bytes] = []
+        self.last_repair_request = -1e300
+        self.mac = None if shared_key is None else FrameAuth(shared_key)
+        self.max_frame_bytes = max_frame_bytes
+        self.wall_offset = wall_offset
+        self.seq = 0
+        self.frames = 0
+        self.bytes = 0
+        self.repair_frames = 0
+        self.receivers_heard: dict[str, None] = {}
+        self.echoed: dict[str, None] = {}
+        self.said_hello = False
+        self.feedback_frames = self.feedback_bytes = self.malformed = self.foreign = 0
+        self.repair_requests = 0
+        self._warned: set[str] = set()
+        self.timeline = Timeline(("sent", "rate_limit", "credit", "blocked_s"),
+                                 interval_s=timeline_interval_s)
+
+    # -- frames out ------------------------------------------------------------
+    def _seal(self, buf: bytes, now: float) -> bytes:
+        return buf if self.mac is None else self.mac.seal(buf, now=now + self.wall_offset)
+
+    def data(self, payloads: Sequence[bytes], *, now: float) -> bytes:
+        """The DATA frame for ``payloads`` (admitted before), numbered from ``self.seq``.
+
+        Raises ValueError if it exceeds ``max_frame_bytes`` (nothing is counted then).
+        """
+        seq, ts = self.seq, now + self.wall_offset
+        buf = pack_frame([VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq, ts,
+                          payloads])
+        size = len(buf)
+        if size > self.max_frame_bytes:
+            raise ValueError(f"message of {size} bytes exceeds max_frame_bytes")
+        if self.history is not None:
+            self.history.add(seq, ts, payloads, size, now=now)
+        self.seq = seq + len(payloads)
+        self.frames += 1
+        self.bytes += size
+        return buf if self.mac is None else self.mac.seal(buf, now=ts)
+
+    def repairs_due(self, *, now: float) -> list[bytes]:
+        """GONE for what was asked and is no longer held, and RDATA for as many pending
+        repairs as the policy admits at ``now`` (repairs obey the same rate limit)."""
+        out, self._gone = self._gone, []
+        if not self._repairs:
+            return out
+        k = self.flow.admit_up_to(min(self._repair_msgs, REPAIR_CHUNK_MSGS), now=now)
+        while k and self._repairs:
+            sl = self._repairs.popleft()
+            n = len(sl.payloads)
+            if n > k:  # send part now, the rest when admitted
+                self._repairs.appendleft(Slice(sl.seq + k, sl.ts, sl.payloads[k:]))
+                sl, n = Slice(sl.seq, sl.ts, sl.payloads[:k]), k
+            k -= n
+            self._repair_msgs -= n
+            if self.history is not None:
+                self.history.mark_sent(sl.seq, now=now)
+            buf = pack_frame([VERSION, T_RDATA, self.stream, self.sender_id, self.epoch,
+                              sl.seq, sl.ts, list(sl.payloads)])
+            self.repair_frames += 1
+            self.bytes += len(buf)
+            out.append(self._seal(buf, now))
+        return out
+
+    @property
+    def repairs_pending(self) -> int:
+        """Messages asked for and not yet re-sent."""
+        return self._repair_msgs
+
+    def hello(self, *, now: float) -> bytes:
+        self.said_hello = True
+        return self._seal(encode(Hello(self.stream, self.sender_id, "sender", self.mode,
+                                       self.epoch, self.seq, "", now + self.wall_offset)), now)
+
+    def end(self, *, now: float) -> bytes:
+        """END: every seq below ``self.seq`` was sent."""
+        return self._seal(encode(End(self.stream, self.sender_id, self.epoch, self.seq,
+                                     now + self.wall_offset)), now)
+
+    def bye(self, *, now: float) -> bytes:
+        return self._seal(encode(Bye(self.stream, self.sender_id, "sender", self.epoch,
+                                     now + self.wall_offset)), now)
+
+    # -- frames in -------------------------------------------------------------
+    def on_feedback(self, buf: bytes, *, now: float) -> None:
+        """A frame from the feedback channel; bad ones are counted and dropped."""
+        self.feedback_bytes += len(buf)
+        auth = self.mac
+        try:
+            body, counter = unseal(auth, buf)
+            frame = decode(body, self.max_frame_bytes)
+        except AuthError as exc:
+            self._warn("auth", f"feedback refused: {exc} (counted in snapshot()['auth'])")
+            return
+        except ProtocolError:
+            if auth is None and looks_sealed(buf):
+                self._warn("auth", "feedback is sealed with a shared key, but this sender has "
+                           "none (shared_key=)")
+            self.malformed += 1
+            return
+        if frame.stream != self.stream:
+            self.foreign += 1
+            return
+        if auth is not None and not auth.admit(origin(frame), counter,
+                                               now=now + self.wall_offset):
+            return  # a replay, or too old: counted by auth
+        self.feedback_frames += 1
+        if isinstance(frame, Hello):
+            if frame.role == "receiver":
+                remember(self.receivers_heard, frame.node)
+                if frame.echo == self.sender_id:
+                    remember(self.echoed, frame.node)
+                if frame.mode != self.mode:
+                    self._warn("mode", f"receiver {frame.node} runs mode {frame.mode!r}")
+        elif isinstance(frame, Bye):
+            if frame.role == "receiver":
+                self.receivers_heard.pop(frame.node, None)
+                if isinstance(self.flow, AckFlow):
+                    self.flow.on_receiver_bye(frame.node)
+        elif isinstance(frame, Repair):
+            if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):
+                self._on_repair(frame, now)
+            return
+        elif is_other_modes_feedback(frame, self.mode):
+            self._warn("mode", f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
+        self.flow.on_feedback(frame, now=now)
+
+    def _on_repair(self, frame: Repair, now: float) -> None:
+        self.repair_requests += 1
+        self.last_repair_request = now
+        if self.history is None:
+            return
+        slices, gone = self.history.lookup(frame.ranges, now=now)
+        pending_cap = self.history.config.history_msgs
+        for sl in slices:
+            if self._repair_msgs + len(sl.payloads) > pending_cap:
+                break  # asked for more than the history holds: the rest is asked again
+            self._repairs.append(sl)
+            self._repair_msgs += len(sl.payloads)
+        self._gone += [self._seal(encode(Gone(self.stream, self.sender_id, self.epoch, lo, hi,
+                                              now + self.wall_offset)), now)
+                       for lo, hi in gone]
+
+    def _warn(self, kind: str, what: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning("stream %r: %s%s", self.stream, what,
+                        "; check every side's mode" if kind == "mode" else "")
+
+    # -- metrics ---------------------------------------------------------------
+    def sample(self, now: float, blocked_s: float) -> None:
+        if self.timeline.due(now):
+            rate, credit = self.flow.limits(now=now)
+            self.timeline.sample(now, self.seq, rate, credit, blocked_s)
+
+    def snapshot(self) -> dict[str, Any]:
+        flow = self.flow.snapshot()
+        return {
+            "rate_limit": flow.get("rate_limit"),
+            "naks_received": flow.get("naks_received", {}),
+            "cuts": flow.get("cuts", 0),
+            "receivers": flow.get("receivers") if self.mode == "ack"
+            else len(self.receivers_heard),
+            "feedback_frames": self.feedback_frames,
+            "feedback_bytes": self.feedback_bytes,
+            "feedback_malformed": self.malformed,
+            "feedback_foreign": self.foreign,
+            "repair": None if self.history is None else {
+                "requests": self.repair_requests, "frames": self.repair_frames,
+                "pending": self._repair_msgs, **self.history.snapshot()},
+            "auth": None if self.mac is None else self.mac.snapshot(),
+            "policy": flow,
+        }

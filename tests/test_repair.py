@@ -1,0 +1,212 @@
+"""Repair from a bounded sender history: the sans-I/O pieces, with explicit ``now``.
+
+History bounds, slicing and GONE; gap accounting (lost and dropped, repaired,
+beyond history); request hold-off, suppression, retries and give-up; and the two
+cores wired through an in-memory lossy link, where every message sent is delivered
+once or reported, whatever is lost.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nakflow import (
+    ConfigError,
+    Gone,
+    ProtocolError,
+    RData,
+    Repair,
+    RepairConfig,
+    RepairRequester,
+    SendHistory,
+    decode,
+    encode,
+)
+from nakflow._codec import decode_data
+from nakflow._seqtrack import SequenceTracker
+from tests.fuzz import budget
+from tests.sansio import Link, run_link
+
+
+# -- codec ---------------------------------------------------------------------------
+def test_repair_frames_round_trip_and_reject_bad_ranges():
+    for f in (RData("s", "p", 1, 7, 1.0, (b"a", b"b")), Repair("s", "r", "p", 1, ((0, 3),
+              (9, 12)), 2.0), Gone("s", "p", 1, 0, 5, 3.0)):
+        assert decode(encode(f)) == f
+        assert decode_data(encode(f)) == f  # not DATA: the full decoder's frame
+    bad = [Repair("s", "r", "p", 1, ((3, 3),), 0.0), Repair("s", "r", "p", 1, (), 0.0),
+           Repair("s", "r", "p", 1, tuple((i, i + 1) for i in range(65)), 0.0),
+           Gone("s", "p", 1, 5, 5, 0.0)]
+    for f in bad:
+        with pytest.raises(ProtocolError, match=r"range|lo < hi"):
+            decode(encode(f))
+
+
+# -- history -------------------------------------------------------------------------
+def cfg(**kw: object) -> RepairConfig:
+    return RepairConfig(**kw)  # type: ignore[arg-type]
+
+
+def test_history_is_bounded_by_messages_bytes_and_age():
+    h = SendHistory(cfg(history_msgs=100, history_bytes=10**9, history_age_s=100))
+    for i in range(50):
+        h.add(i * 4, 0.0, [b"x"] * 4, 4, now=0.0)
+    assert (h.msgs, h.oldest_seq, h.next_seq) == (100, 100, 200)
+    h = SendHistory(cfg(history_msgs=10**9, history_bytes=1000, history_age_s=100))
+    for i in range(100):
+        h.add(i, 0.0, [b"y" * 100], 100, now=0.0)
+    assert h.nbytes <= 1000 and h.oldest_seq == 90
+    h = SendHistory(cfg(history_age_s=1.0))
+    for i in range(100):
+        h.add(i, 0.0, [b"z"], 1, now=i * 0.1)
+    h.trim(now=9.9)
+    assert h.oldest_seq == 89  # added at >= 8.9 s
+
+
+def test_lookup_slices_frames_reports_gone_and_ignores_the_future():
+    h = SendHistory(cfg(history_msgs=20))
+    for seq in range(0, 40, 10):
+        h.add(seq, float(seq), [bytes([seq + i]) for i in range(10)], 10, now=0.0)
+    assert h.oldest_seq == 20
+    slices, gone = h.lookup([(15, 23), (38, 45)], now=0.0)
+    assert gone == [(15, 20)]
+    assert [(s.seq, s.ts, list(s.payloads)) for s in slices] == [
+        (20, 20.0, [bytes([20]), bytes([21]), bytes([22])]), (38, 30.0, [bytes([38]), bytes([39])])]
+    assert h.ignored_msgs == 5
+
+
+def test_a_slice_is_queued_once_and_resent_at_most_once_per_window():
+    h = SendHistory(cfg(resend_window_s=0.05))
+    h.add(0, 0.0, [b"a"] * 10, 10, now=0.0)
+    assert len(h.lookup([(2, 5)], now=1.0)[0]) == 1
+    assert h.lookup([(3, 4)], now=1.5)[0] == []  # still waiting for the rate limit
+    h.mark_sent(2, now=2.0)
+    assert h.lookup([(3, 4)], now=2.01)[0] == []  # crossed the repair in flight
+    assert len(h.lookup([(1, 5)], now=2.01)[0]) == 1  # more than was re-sent
+    h.mark_sent(1, now=2.02)
+    assert len(h.lookup([(3, 4)], now=2.1)[0]) == 1  # a window later
+    assert h.resend_suppressed == 2
+
+
+def test_config_is_checked():
+    with pytest.raises(ConfigError):
+        RepairConfig(history_msgs=0)
+    with pytest.raises(ConfigError):
+        RepairConfig(refill_below=0)
+
+
+# -- gaps and accounting -------------------------------------------------------------
+def test_repair_moves_lost_and_dropped_to_repaired_and_gone_to_beyond_history():
+    t = SequenceTracker(repair=True)
+    t.on_data("p", 1, 0, 10)
+    t.on_data("p", 1, 20, 10)  # 10..19 lost in flight
+    t.on_dropped("p", 1, 25)  # the queue dropped 25
+    assert (t.totals()["lost"], t.totals()["dropped"]) == (10, 1)
+    assert t.on_repair("p", 1, 8, 6) == [(2, 6)]  # 10..13 filled; 8, 9 redundant
+    assert t.on_repair("p", 1, 25, 1) == [(0, 1)]
+    assert t.on_gone("p", 1, 0, 16) == 2  # 14, 15 can no longer be repaired
+    t.on_end("p", 1, 32)  # 30, 31 lost at the tail
+    tot = t.totals()
+    assert (tot["lost"], tot["dropped"], tot["repaired"], tot["beyond_history"],
+            tot["redundant"]) == (6, 0, 5, 2, 2)
+    assert [(g.lo, g.hi) for g in t.streams[("p", 1)].gaps or []] == [(16, 20), (30, 32)]
+
+
+def test_repair_with_drop_duplicates_does_not_deliver_twice_across_epochs():
+    t = SequenceTracker(repair=True, drop_duplicates=True)
+    t.on_data("p", 0, 0, 10)  # epoch 0 delivered 0..9
+    t.on_data("p", 1, 0, 2)
+    t.on_data("p", 1, 5, 5)  # epoch 1: 2..4 lost in flight
+    assert t.on_repair("p", 1, 2, 3) == []  # delivered before, under epoch 0
+    t.on_dropped("p", 1, 9)
+    assert t.on_repair("p", 1, 9, 1) == [(0, 1)]  # dropped after it was fresh: deliver
+
+
+# -- requests ------------------------------------------------------------------------
+class Fixed:
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def random(self) -> float:
+        return self.u
+
+
+def test_requests_wait_the_holdoff_then_retry_then_give_up():
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.01, retry_s=0.1, max_requests=2),
+                         rng=Fixed(0.5))
+    t.on_data("p", 1, 0, 1)
+    t.on_data("p", 1, 5, 1)
+    assert rq.poll(0.0, now=0.0) == []  # hold-off drawn
+    assert rq.next_deadline() is not None and 0 < rq.next_deadline() < 0.01
+    (req,) = rq.poll(0.0, now=0.01)
+    assert (req.sender, req.epoch, req.ranges) == ("p", 1, ((1, 5),))
+    assert rq.poll(0.0, now=0.05) == []
+    assert len(rq.poll(0.0, now=0.111)) == 1  # retry
+    assert rq.poll(0.0, now=0.3) == [] and rq.given_up == 4
+    assert not t.with_gaps
+
+
+def test_a_sender_that_answers_is_never_given_up_on():
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, max_requests=2))
+    t.on_data("p", 1, 0, 1)
+    t.on_data("p", 1, 100, 1)  # 1..99 lost
+    for i in range(20):  # repairs trickle in through the sender's rate limit
+        rq.poll(0.0, now=i * 0.1)
+        t.on_repair("p", 1, 1 + i, 1)
+    assert rq.given_up == 0 and t.streams[("p", 1)].repaired == 20
+
+
+def test_an_overheard_request_suppresses_ours():
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.01, retry_s=0.1), rng=Fixed(0.9))
+    t.on_data("p", 1, 0, 1)
+    t.on_data("p", 1, 5, 1)
+    rq.poll(0.0, now=0.0)
+    rq.on_overheard(Repair("s", "other", "p", 1, ((2, 3),), 0.0), now=0.001)
+    assert rq.poll(0.0, now=0.02) == [] and rq.suppressed == 1
+    assert len(rq.poll(0.0, now=0.2)) == 1  # the repair never came: ask ourselves
+
+
+def test_dropped_messages_are_asked_for_only_once_room_is_back():
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, refill_below=0.5))
+    t.on_data("p", 1, 0, 10)
+    t.on_dropped("p", 1, 9)
+    assert rq.poll(0.9, now=0.0) == []
+    assert [r.ranges for r in rq.poll(0.4, now=0.2)] == [((9, 10),)]
+
+
+# -- both cores over a lossy link ----------------------------------------------------
+@given(seed=st.integers(0, 2**32 - 1), loss=st.sampled_from([0.0, 0.01, 0.1, 0.3]),
+       batch=st.sampled_from([1, 7]))
+@budget(25)
+def test_every_message_is_delivered_once_or_reported(seed, loss, batch):
+    """The accounting identity: sent = delivered + lost + dropped + beyond_history (+
+    missed before join, + queued), and with a history longer than the run nothing stays
+    missing but what was given up after ``max_requests`` lost requests or repairs (at
+    10 % loss that takes ten failures in a row: about 4e-9 a gap)."""
+    link = Link(random.Random(seed), data_loss=loss, feedback_loss=loss / 2)
+    out = run_link(link, messages=2_000, batch=batch, capacity_msgs=200, consume_per_ms=3)
+    assert out.delivered_unique == out.delivered_total  # once
+    assert out.sent == (out.delivered_unique + out.lost + out.dropped + out.beyond_history
+                        + out.missed_before_join + out.queued)
+    assert out.missed_before_join == 0  # the sender's HELLO marked where the stream starts
+    assert out.lost + out.dropped == out.given_up and out.beyond_history == 0, out
+    if loss <= 0.1:
+        assert out.given_up == 0, out
+    assert out.repaired > 0 or loss == 0
+
+
+def test_what_the_history_no_longer_holds_is_reported_beyond_history():
+    link = Link(random.Random(3), data_loss=0.05, feedback_loss=0.0)
+    out = run_link(link, messages=3_000, batch=1, capacity_msgs=10_000, consume_per_ms=50,
+                   repair=RepairConfig(history_msgs=20, backoff_s=0.002, retry_s=0.005))
+    assert out.beyond_history > 0
+    assert out.sent == (out.delivered_unique + out.lost + out.dropped + out.beyond_history
+                        + out.missed_before_join)
