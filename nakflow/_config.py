@@ -60,6 +60,13 @@ class NakConfig:
     step_s: float = 0.05
     #: CUBIC growth constant, relative to the rate at the last NAK, per s^3 (RFC 8312 shape).
     cubic_c: float = 1.0
+    #: After this long without any NAK, s, the limit also grows by probe_factor every
+    #: step_s from where it stands then (the higher of that and CUBIC counts), so capacity
+    #: that frees up (a sender finished, a receiver left) is found in a few steps instead
+    #: of after CUBIC's plateau (docs/tuning.md). None: CUBIC alone.
+    probe_after_s: float | None = 0.2
+    #: ... growth per step_s of that probe.
+    probe_factor: float = 1.25
     #: Token-bucket burst, as seconds' worth of the current rate.
     burst_s: float = 0.005
     #: Receiver: fill levels that trigger a NAK, percent of capacity.
@@ -82,6 +89,10 @@ class NakConfig:
             raise ConfigError("initial_rate_msgs must be finite and >= min_rate_msgs")
         if not (self.ramp_factor > 1 and math.isfinite(self.ramp_factor)):
             raise ConfigError("ramp_factor must be a finite number > 1")
+        if not (self.probe_factor > 1 and math.isfinite(self.probe_factor)):
+            raise ConfigError("probe_factor must be a finite number > 1")
+        if self.probe_after_s is not None and not self.probe_after_s >= self.quiet_s:
+            raise ConfigError("probe_after_s must be None or >= quiet_s")
         for name in ("window_s", "step_s", "cubic_c", "burst_s", "quiet_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0")
@@ -115,6 +126,15 @@ class AckConfig:
     heartbeat_s: float = 0.2
     #: Nothing is sendable until this many receivers have granted credit.
     min_receivers: int = 0
+    #: No sender is granted more than this share of a receiver's queue. Grants cannot be
+    #: taken back: at 1.0 the first sender heard takes the whole queue, and two senders
+    #: that start together, heard in opposite orders by two receivers, each hold one
+    #: queue while waiting for credit at the other, until idle_credit_s (found in
+    #: `nakflow eval`: 4 of 31 ACK runs stalled 5 s, two then overflowed). At 0.5 two
+    #: concurrent newcomers always find room (`nakflow eval` runs its ACK receivers so;
+    #: 1.0, seed 004's initial demand = capacity, stays the default until the simulator's
+    #: vectorised granter models the share too: issue 15).
+    max_share: float = 1.0
     #: Re-grant once the consumer freed this fraction of the window (seed 004: a quarter).
     regrant_fraction: float = 0.25
     #: A grant further ahead of the sender than this is clamped, msgs (bounded influence).
@@ -141,6 +161,8 @@ class AckConfig:
             raise ConfigError("min_receivers must be >= 0")
         if not self.idle_credit_s > 0:
             raise ConfigError("idle_credit_s must be > 0")
+        if not 0 < self.max_share <= 1:
+            raise ConfigError("max_share must lie in (0, 1]")
         if not 0 < self.regrant_fraction <= 1:
             raise ConfigError("regrant_fraction must lie in (0, 1]")
         if self.max_credit_ahead < 1:
@@ -166,10 +188,11 @@ class RepairConfig:
     history_age_s: float = 5.0
     #: Sender: a range is re-sent at most once per this window, s (the NAK window).
     resend_window_s: float = 0.05
-    #: Sender: after END, close() keeps serving repairs until none came for this long, s.
+    #: Sender: after END, close() keeps serving repairs until none came for this long
+    #: (three retry_s if receivers asked within the last second), s.
     linger_quiet_s: float = 0.1
     #: Sender: ... but at most this long, s.
-    linger_max_s: float = 2.0
+    linger_max_s: float = 10.0
     #: Receiver: a new gap waits a random hold-off in [0, backoff_s) (truncated exponential,
     #: as NAKs) and is not asked for if another receiver asked for it meanwhile, s.
     backoff_s: float = 0.01

@@ -162,7 +162,8 @@ class CreditGranter:
     """The receiver side: decides the credit frames to send.
 
     Each sender heard gets a window of ``capacity // senders`` (seed 004: initial
-    demand equals the queue capacity). The limit it aims for is
+    demand equals the queue capacity), at most ``max_share`` of the queue, so a sender
+    that starts together with another always finds room. The limit it aims for is
     ``position - queued + window``: arrivals do not move it, releases (consumed
     or dropped) raise it, losses in flight raise it. Grants never exceed the
     queue: a sender's commitment is its unused credit plus its queued messages,
@@ -198,8 +199,10 @@ class CreditGranter:
         return sorted(self._senders)
 
     def window(self) -> int:
-        """Messages each sender may have outstanding here."""
-        return max(1, self.capacity_msgs // max(1, len(self._senders)))
+        """Messages each sender may have outstanding here: an even share of the queue, at
+        most ``max_share`` of it."""
+        share = min(self.config.max_share, 1.0 / max(1, len(self._senders)))
+        return max(1, int(self.capacity_msgs * share))
 
     def on_sender(self, sender: SenderKey, next_seq: int, *, now: float,
                   waiting: bool = False) -> None:

@@ -35,6 +35,9 @@ class NakRateController:
       ``step_s`` from ``initial_rate_msgs``.
     * While no NAK arrives for ``quiet_s``, the limit rises in steps of
       ``step_s`` along ``W + c*W*(t-K)^3``, W being the rate at the last cut.
+    * While none arrives for ``probe_after_s``, it also grows by ``probe_factor`` a
+      step from where it stood then (the higher of the two counts): freed capacity is
+      found in a few steps rather than after CUBIC's plateau.
     * ``on_sent(n, now=)`` feeds the send-rate meter.
     """
 
@@ -227,15 +230,23 @@ class NakRateController:
         if self._slow_start:
             rate = self._r0 * cfg.ramp_factor ** min(steps, 10_000)
         else:
-            t = steps * cfg.step_s
-            w = self._w
-            rate = w + cfg.cubic_c * w * (t - self._k) ** 3
+            rate = self._cubic(steps)
+            if cfg.probe_after_s is not None:
+                probe_from = max(0, round((cfg.probe_after_s - cfg.quiet_s) / cfg.step_s))
+                if steps > probe_from:
+                    base = max(self._cubic(probe_from), self._r0)
+                    probe = base * cfg.probe_factor ** min(steps - probe_from, 10_000)
+                    rate = max(rate, probe)
         rate = min(max(rate, self._r0, cfg.min_rate_msgs), cfg.max_rate_msgs)
         self._rate = rate
         if rate >= cfg.max_rate_msgs:
             self._next_tick = math.inf
         else:
             self._next_tick = self._quiet_from + cfg.quiet_s + steps * cfg.step_s
+
+    def _cubic(self, steps: int) -> float:
+        t = steps * self.config.step_s
+        return self._w + self.config.cubic_c * self._w * (t - self._k) ** 3
 
     def snapshot(self) -> dict[str, Any]:
         """Metrics and state, JSON-ready."""

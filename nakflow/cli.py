@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from ._bucket import TokenBucket
-from ._config import MODES
+from ._config import MODES, AckConfig
 from ._errors import NakflowError
 
 log = logging.getLogger("nakflow.cli")
@@ -131,7 +131,8 @@ def cmd_receive(args: argparse.Namespace) -> int:
                   receiver_id=args.id, capacity_msgs=args.capacity, overflow=args.overflow,
                   drop_duplicates=args.drop_duplicates, overhear=args.overhear or (),
                   options=_socket_options(args), shared_key=_shared_key(args),
-                  repair=_repair_config(args), test_data_loss=args.test_drop_data)
+                  repair=_repair_config(args), test_data_loss=args.test_drop_data,
+                  ack=AckConfig(max_share=args.ack_max_share))
     if args.ready_file:
         with open(args.ready_file + ".tmp", "w") as f:
             json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
@@ -261,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--overhear", default=None, help="other receivers' feedback URIs")
     r.add_argument("--curve-authorized", default=None, metavar="DIR",
                    help="CURVE: directory of public keys allowed to connect")
+    r.add_argument("--ack-max-share", type=float, default=1.0, metavar="FRACTION",
+                   help="ack mode: most of the queue one sender is granted (0.5: two "
+                        "senders starting together never deadlock; default 1.0)")
     r.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
     # test hook: drop this fraction of DATA before accounting, as loss in flight would
     r.add_argument("--test-drop-data", type=float, default=0.0, help=argparse.SUPPRESS)

@@ -304,8 +304,9 @@ class Sender:
         self._pub.send(self.core.end(now=now))
 
     def _linger_for_repairs(self) -> None:
-        """After END, answer repair requests until none came for ``linger_quiet_s`` (at
-        most ``linger_max_s``): receivers ask for a lost tail only once END shows it."""
+        """After END, answer repair requests until none came for ``linger_quiet_s`` (three
+        ``retry_s`` if receivers asked within the last second), at most ``linger_max_s``:
+        receivers ask for a lost tail only once END shows it."""
         core = self.core
         if core.history is None or core.seq == 0:
             return
@@ -314,7 +315,10 @@ class Sender:
         end = start + cfg.linger_max_s
         while True:
             now = time.monotonic()
-            quiet_until = max(start, core.last_repair_request) + cfg.linger_quiet_s
+            # receivers that are asking retry every retry_s: outwait a few of those
+            quiet = (cfg.linger_quiet_s if now - core.last_repair_request > 1.0
+                     else max(cfg.linger_quiet_s, 3 * cfg.retry_s))
+            quiet_until = max(start, core.last_repair_request) + quiet
             if now >= end or (now >= quiet_until and not core.repairs_pending):
                 return
             self._read_feedback(now, max(0.0, min(quiet_until, end) - now))

@@ -130,8 +130,11 @@ def run_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig, *, rows: int,
         return {"mode": mode, "run_id": run_id, "rows": rows, "partitions": partitions,
                 "job_s": time.monotonic() - t0, "senders": senders, "receivers": []}
     specs = cfg.receiver_specs()
+    # ack receivers grant no sender more than half the queue: tasks that start together
+    # then never hold one receiver's queue each while waiting at another (AckConfig.max_share)
+    extra = ["--ack-max-share", "0.5"] if mode == "ack" else []
     with LocalReceivers(specs, mode=mode, senders=partitions, stream=STREAM,
-                        duration_s=_budget_s(cfg, rows)) as rx:
+                        duration_s=_budget_s(cfg, rows), extra=extra) as rx:
         rx.wait_ready()
         wcfg = WriterConfig(rx.data, rx.feedback, mode=mode, stream=STREAM, run_id=run_id,
                             wait_receivers=len(specs), batch_rows=cfg.batch_rows)

@@ -113,6 +113,23 @@ def test_granter_never_promises_more_than_the_queue_holds():
     assert dict(g.poll(now=0.02)) == {s1: 150, s2: 550}  # both at their window
 
 
+def test_two_senders_heard_in_opposite_orders_both_get_credit_everywhere():
+    """Two tasks starting together, heard s1-then-s2 by one receiver and s2-then-s1 by
+    the other: with max_share 0.5 each gets room at both at once; at 1.0 (the default)
+    each holds one queue whole and waits at the other until idle_credit_s (the stalls
+    of ACK runs in `nakflow eval`, which runs its ACK receivers at 0.5)."""
+    s1, s2 = ("s1", 0), ("s2", 0)
+    for share, both_granted in ((0.5, True), (1.0, False)):
+        a = CreditGranter(100, AckConfig(max_share=share))
+        b = CreditGranter(100, AckConfig(max_share=share))
+        grants: dict[tuple[str, tuple[str, int]], int] = {}
+        for g, order, name in ((a, (s1, s2), "a"), (b, (s2, s1), "b")):
+            for key in order:
+                g.on_sender(key, 0, now=0.0)
+                grants.update({(name, k): lim for k, lim in g.poll(now=0.0)})
+        assert all(v > 0 for v in grants.values()) == both_granted, (share, grants)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_granted_senders_never_overflow_the_queue(seed):
     """Senders that send what they are granted, joining and ending at random, messages

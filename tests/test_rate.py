@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -71,7 +72,8 @@ def test_many_receivers_same_nak_in_window_act_like_one():
 
 
 def test_stepwise_cubic_increase_exact_values():
-    cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6, quiet_s=0.05, cubic_c=4.0)
+    cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6, quiet_s=0.05, cubic_c=4.0,
+                    probe_after_s=None)
     ctrl = NakRateController(cfg)
     # rate 5000; W halfway back to the rate at the NAK: 7500; K = cbrt(2500 / (4 * 7500))
     ctrl.on_nak(87, now=0.0)
@@ -90,6 +92,25 @@ def test_stepwise_cubic_increase_exact_values():
     r = [fresh.rate(now=0.05 + (k - 1) * 0.05 + 1e-9) for k in range(1, 21)]
     steps = [b - a for a, b in itertools.pairwise(r)]
     assert steps[0] > steps[7] and steps[-1] > steps[10]
+
+
+def test_after_probe_after_s_without_a_nak_the_limit_also_grows_geometrically():
+    """Freed capacity is found in steps of probe_factor, not after CUBIC's plateau."""
+    cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6, quiet_s=0.1, step_s=0.05,
+                    probe_after_s=0.3, probe_factor=1.1)
+    plain = NakRateController(replace(cfg, probe_after_s=None))
+    ctrl = NakRateController(cfg)
+    for c in (plain, ctrl):
+        c.on_nak(87, now=0.0)
+    # steps tick at 0.1, 0.15, ...; the probe starts after step 4 (0.3 s without a NAK)
+    for k in range(1, 5):
+        t = 0.1 + (k - 1) * 0.05 + 1e-9
+        assert ctrl.rate(now=t) == plain.rate(now=t)
+    base = ctrl.rate(now=0.25 + 1e-9)
+    for k in range(5, 12):
+        t = 0.1 + (k - 1) * 0.05 + 1e-9
+        assert ctrl.rate(now=t) == pytest.approx(max(plain.rate(now=t), base * 1.1 ** (k - 4)))
+    assert ctrl.rate(now=0.6 + 1e-9) > 1.5 * plain.rate(now=0.6 + 1e-9)
 
 
 def test_hold_blocks_increase_without_recutting_then_recut_after_hold():
