@@ -278,10 +278,31 @@ class ReceiverCore:
             log.warning("stream %r (receiver %s): %s", self.stream, self.receiver_id, what)
 
     def snapshot(self) -> dict[str, Any]:
+        """Accounting, feedback and policy figures, JSON-ready (see ``Receiver.snapshot``)."""
         flow = self.flow.snapshot()
-        return {"policy": flow, "naks_sent": flow.get("naks_sent", {}),
-                "naks_suppressed": flow.get("naks_suppressed", 0),
-                "credits_sent": flow.get("credits_sent", 0),
-                "repair": None if self.requester is None else self.requester.snapshot(),
-                "test_dropped": self.test_dropped,
-                "auth": None if self.mac is None else self.mac.snapshot()}
+        totals = self.tracker.totals()
+        return {
+            "frames": self.frames_in,
+            "received": totals["received"],
+            "dropped": self.dropped,
+            "dropped_unrepaired": totals["dropped"],
+            "lost": totals["lost"],
+            "repaired": totals["repaired"],
+            "beyond_history": totals["beyond_history"],
+            "repair_redundant": totals["redundant"],
+            "missed_before_join": totals["missed_before_join"],
+            "duplicates": totals["duplicates"],
+            "streams_evicted": self.tracker.evicted,
+            "malformed": self.malformed,
+            "foreign": self.foreign,
+            "policy": flow, "naks_sent": flow.get("naks_sent", {}),
+            "naks_suppressed": flow.get("naks_suppressed", 0),
+            "credits_sent": flow.get("credits_sent", 0),
+            "repair": None if self.requester is None else self.requester.snapshot(),
+            "test_dropped": self.test_dropped,
+            "auth": None if self.mac is None else self.mac.snapshot(),
+            "feedback_frames": self.feedback_sent,
+            "feedback_bytes": self.feedback_bytes,
+            "senders": self.tracker.per_sender(),
+            "io_saturated_polls": self.saturated_polls,
+        }

@@ -15,12 +15,10 @@ import random
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from operator import itemgetter
 from typing import Any
 
-import numpy as np
 import zmq
 
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
@@ -30,6 +28,7 @@ from ._codec import DEFAULT_MAX_FRAME_BYTES
 from ._config import AckConfig, NakConfig, RepairConfig, check_mode
 from ._episodes import BackpressureEpisodes
 from ._errors import ConfigError
+from ._inbox import OVERFLOW_POLICIES, Inbox
 from ._receiver_core import Key, Message, ReceiverCore
 from ._seqtrack import MAX_STREAMS
 from ._timeline import Timeline
@@ -38,16 +37,7 @@ __all__ = ["OVERFLOW_POLICIES", "Message", "Receiver"]
 
 log = logging.getLogger("nakflow.receiver")
 
-OVERFLOW_POLICIES = ("drop-newest", "drop-oldest", "block")
-LATENCY_SAMPLES = 1 << 16
-LATENCY_PER_CALL = 32  # latency samples taken per get_many call, at most about
-#: A sampled "latency" outside this range is a wrong clock or a forged timestamp, not a
-#: latency: it is counted (``latency_ms["outliers"]``) and left out, s.
-LATENCY_MIN_S, LATENCY_MAX_S = -3_600.0, 86_400.0
 IDLE_POLL_S = 0.1  # longest the I/O thread sleeps with nothing due (close() also wakes it)
-
-_key_of = itemgetter(0)
-_message_of = itemgetter(1)
 
 
 class Receiver:
@@ -123,67 +113,22 @@ class Receiver:
         self._episodes = BackpressureEpisodes(capacity_msgs)
         self._chunk = max(1, min(256, capacity_msgs // 20))
         ack_cfg = ack or AckConfig()
-        self._wake_every = max(1, int(capacity_msgs * ack_cfg.regrant_fraction / 4))
 
-        curve = options.curve if options is not None else None
-        self._auth: Any = None
-        if curve is not None:
-            if not curve.authorized_dir or not os.path.isdir(curve.authorized_dir):
-                raise ConfigError("a CURVE receiver needs authorized_dir: a directory of the "
-                                  "public keys allowed to connect")
-            from zmq.auth.thread import ThreadAuthenticator
-
-            # the ZAP handler belongs to a context: give this receiver its own
-            ctx = context or zmq.Context()
-            self._auth = ThreadAuthenticator(ctx)
-            self._auth.start()
-            self._auth.configure_curve(domain="*", location=curve.authorized_dir)
-        else:
-            ctx = context or zmq.Context.instance()
-        sockets: list[zmq.Socket[bytes]] = []
-        try:
-            self._data, self.data_endpoints = open_sub(ctx, parse_endpoints(data), bind=True,
-                                                       options=options)
-            sockets.append(self._data)
-            self._fb, self.feedback_endpoints = open_pub(ctx, parse_endpoints(feedback),
-                                                         bind=True, options=options)
-            sockets.append(self._fb)
-            hear = parse_endpoints(overhear) if overhear else []
-            fb_uris = parse_endpoints(feedback)
-            if any(u.startswith(("epgm://", "pgm://")) for u in fb_uris):
-                hear += fb_uris  # on multicast, the feedback group is where the others speak
-            self._hear: zmq.Socket[bytes] | None = None
-            if hear:
-                self._hear, _ = open_sub(ctx, hear, bind=False, options=options)
-                sockets.append(self._hear)
-        except BaseException:
-            for s in sockets:
-                s.close(0)
-            self._stop_auth()
-            raise
+        sockets = _open_sockets(context, data, feedback, overhear, options)
+        self._data, self.data_endpoints, self._fb, self.feedback_endpoints = sockets[:4]
+        self._hear, self._auth = sockets[4:]
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
 
-        # shared between the I/O thread and consumers, under _cond
-        self._cond = threading.Condition()
-        self._queue: deque[tuple[Key, Message]] = deque()
-        self._released: dict[Key, int] = {}
-        self._since_wake = 0
+        # shared between the I/O thread and consumers
+        self._inbox = Inbox(capacity_msgs, overflow, wake=self._wake, wake_every=max(
+            1, int(capacity_msgs * ack_cfg.regrant_fraction / 4)))
         self._stopping = False
-        self._io_done = False
-        self.delivered = 0
-        self._t_last_delivery: float | None = None
-        self._lat = np.zeros(LATENCY_SAMPLES)
-        self._lat_n = 0
-        self._lat_max = 0.0
-        self._lat_outliers = 0
         # owned by the I/O thread
         self._pending: deque[tuple[Key, Message]] = deque()
         self._behind_since: float | None = None
-        self._ends: dict[Key, int] = {}  # the core's, copied under _cond when it changes
         self._ends_seen = 0
-        self.queue_peak = 0
         self.handler_errors = 0
         self.error: BaseException | None = None
         self._t_end: float | None = None
@@ -207,53 +152,16 @@ class Receiver:
 
     def get_many(self, max_n: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_n`` messages; waits up to ``timeout`` for the first one."""
-        wake = False
-        with self._cond:
-            q = self._queue
-            if not q:
-                end = None if timeout is None else time.monotonic() + timeout
-                while not q:
-                    if self._io_done:
-                        return []
-                    remaining = None if end is None else end - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        return []
-                    self._cond.wait(remaining)
-            was_full = len(q) >= self.capacity_msgs
-            n = min(max_n, len(q))
-            if n == len(q):  # all of it (a consumer that keeps up): no per-item pops
-                items = list(q)
-                q.clear()
-            else:
-                items = [q.popleft() for _ in range(n)]
-            released = self._released
-            for key, count in Counter(map(_key_of, items)).items():
-                released[key] = released.get(key, 0) + count
-            self.delivered += n
-            now_wall = time.time()
-            self._t_last_delivery = now_wall
-            if not q:
-                self._cond.notify_all()  # wait_drained()
-            self._since_wake += n
-            if self._since_wake >= self._wake_every or (was_full and self.overflow == "block"):
-                self._since_wake = 0
-                wake = True
-            lat, i = self._lat, self._lat_n
-            # latency of a sample (the first, the oldest, is always in it): per-item
-            # bookkeeping would cost more than the rest of the delivery
-            for _, m in items[::max(1, n // LATENCY_PER_CALL)]:
-                d = now_wall - m.ts
-                if not LATENCY_MIN_S <= d <= LATENCY_MAX_S:
-                    self._lat_outliers += 1
-                    continue
-                lat[i % LATENCY_SAMPLES] = d
-                i += 1
-                if d > self._lat_max:
-                    self._lat_max = d
-            self._lat_n = i
-        if wake:
-            self._wake()
-        return list(map(_message_of, items))
+        return self._inbox.take(max_n, timeout)
+
+    @property
+    def delivered(self) -> int:
+        """Messages the application took."""
+        return self._inbox.delivered
+
+    @property
+    def queue_peak(self) -> int:
+        return self._inbox.queue_peak
 
     def __iter__(self) -> Iterator[Message]:
         """Messages until the receiver is closed and drained."""
@@ -272,7 +180,7 @@ class Receiver:
                 log.exception("handler raised on %s/%d seq %d", msg.sender, msg.epoch, msg.seq)
 
     def depth(self) -> int:
-        return len(self._queue)
+        return len(self._inbox)
 
     @property
     def frames_in(self) -> int:
@@ -293,30 +201,15 @@ class Receiver:
         """END frames seen: (sender, epoch) -> final seq. Only of streams this receiver
         heard before their END (DATA or HELLO; a sender that sent nothing says HELLO before
         END), so a stranger's END cannot make ``wait_for_ends`` return early."""
-        with self._cond:
-            return dict(self._ends)
+        return self._inbox.ends()
 
     def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
         """Wait until END arrived from ``n`` distinct senders; False on timeout."""
-        end = math.inf if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while len(self._ends) < n:
-                remaining = end - time.monotonic()
-                if remaining <= 0 or self._io_done:
-                    return len(self._ends) >= n
-                self._cond.wait(min(remaining, 1.0))
-        return True
+        return self._inbox.wait_for_ends(n, timeout)
 
     def wait_drained(self, timeout: float | None = None) -> bool:
         """Wait until the consumer has emptied the queue; False on timeout."""
-        end = math.inf if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._queue or self._pending:
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(min(remaining, 1.0))
-        return True
+        return self._inbox.wait_empty(self._pending, timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the I/O thread (sending BYE) and close the sockets.
@@ -324,7 +217,7 @@ class Receiver:
         Messages still queued stay available to ``get`` and are reported as
         ``queued`` in the snapshot: nothing disappears silently.
         """
-        with self._cond:
+        with self._inbox.cond:
             if self._stopping:
                 return
             self._stopping = True
@@ -364,9 +257,7 @@ class Receiver:
             os.close(self._wake_r)
             os.close(self._wake_w)
             self._stop_auth()
-            with self._cond:
-                self._io_done = True
-                self._cond.notify_all()
+            self._inbox.finish()
 
     def _stop_auth(self) -> None:
         if self._auth is not None:
@@ -392,8 +283,7 @@ class Receiver:
             fd = core.next_deadline()
             if fd is not None:
                 deadline = min(deadline, fd)
-            blocked = self._pending or (self.overflow == "block"
-                                        and len(self._queue) >= self.capacity_msgs)
+            blocked = self._pending or (self.overflow == "block" and self._inbox.full)
             poller = without_data if blocked else with_data
             events = dict(poller.poll(max(0, math.ceil((deadline - now) * 1000))))
             if self._data in events:
@@ -430,9 +320,7 @@ class Receiver:
         self._flush_chunk()
         if core.ends_changed != self._ends_seen:
             self._ends_seen = core.ends_changed
-            with self._cond:
-                self._ends = dict(core.ends)
-                self._cond.notify_all()
+            self._inbox.set_ends(core.ends)
         if not full:
             self._behind_since = None
         elif self._behind_since is None:
@@ -440,9 +328,7 @@ class Receiver:
 
     def _feedback(self, now: float) -> None:
         core = self.core
-        with self._cond:
-            released, self._released = self._released, {}
-            depth = len(self._queue)
+        released, depth = self._inbox.released()
         for key, n in released.items():
             core.on_released(key, n)
         self._episodes.observe(depth, now=now)
@@ -455,53 +341,13 @@ class Receiver:
 
     def _flush_chunk(self) -> None:
         """Move pending messages into the queue, applying the overflow policy."""
-        pend = self._pending
-        if not pend:
-            return
-        cap = self.capacity_msgs
-        enq: dict[Key, int] = {}
-        dropped: list[Message] = []
-        with self._cond:
-            q = self._queue
-            while pend:
-                if len(q) >= cap:
-                    if self.overflow == "block":
-                        break
-                    if self.overflow == "drop-newest":
-                        dropped.append(pend.popleft()[1])
-                        continue
-                    old_key, old = q.popleft()  # drop-oldest
-                    self._released[old_key] = self._released.get(old_key, 0) + 1
-                    dropped.append(old)
-                item = pend.popleft()
-                q.append(item)
-                enq[item[0]] = enq.get(item[0], 0) + 1
-            if len(q) > self.queue_peak:
-                self.queue_peak = len(q)
-            self._cond.notify_all()
-        core = self.core
-        for msg in dropped:
-            core.on_dropped(msg)
-        for key, n in enq.items():
-            core.on_enqueued(key, n)
+        self._inbox.put(self._pending, on_dropped=self.core.on_dropped,
+                        on_enqueued=self.core.on_enqueued)
 
     # -- metrics -----------------------------------------------------------------
     def latency_ms(self) -> dict[str, float | None]:
-        """Send-to-delivery latency: percentiles over the last 65,536 samples (each
-        ``get_many`` call samples at most about LATENCY_PER_CALL of its messages, the oldest
-        always), and the largest sampled since start. ``outliers``: samples left out as
-        impossible (timestamps more than an hour ahead or a day behind)."""
-        with self._cond:
-            n = min(self._lat_n, LATENCY_SAMPLES)
-            sample = self._lat[:n].copy()
-            worst = self._lat_max
-            outliers = self._lat_outliers
-        if n == 0:
-            return {"p50": None, "p99": None, "max": None, "samples": 0, "outliers": outliers}
-        p50, p99 = np.percentile(sample, [50, 99]) * 1000.0
-        return {"p50": round(float(p50), 3), "p99": round(float(p99), 3),
-                "max": round(worst * 1000.0, 3), "samples": int(self._lat_n),
-                "outliers": outliers}
+        """Send-to-delivery latency (see ``Inbox.latency_ms``)."""
+        return self._inbox.latency_ms()
 
     def snapshot(self) -> dict[str, Any]:
         """Metrics, JSON-ready.
@@ -512,10 +358,9 @@ class Receiver:
         """
         now = time.monotonic()
         core = self.core
-        totals = core.tracker.totals()
         elapsed = (self._t_end or now) - self._t0
         first = None if core.first_data_at is None else core.first_data_at + self._wall_offset
-        last = self._t_last_delivery
+        last = self._inbox.t_last_delivery
         active = max(0.0, last - first) if first is not None and last is not None else 0.0
         return {
             "receiver_id": self.receiver_id,
@@ -525,32 +370,59 @@ class Receiver:
             "overflow": self.overflow,
             "elapsed_s": round(elapsed, 6),
             "started_at": round(self._t0 + self._wall_offset, 6),  # wall time of timeline t=0
-            "frames": core.frames_in,
-            "received": totals["received"],
             "delivered": self.delivered,
             "active_s": round(active, 6),
             "goodput_msgs": round(self.delivered / active, 1) if active > 0 else 0.0,
-            "queued": len(self._queue) + len(self._pending),
-            "dropped": core.dropped,
-            "dropped_unrepaired": totals["dropped"],
-            "lost": totals["lost"],
-            "repaired": totals["repaired"],
-            "beyond_history": totals["beyond_history"],
-            "repair_redundant": totals["redundant"],
-            "missed_before_join": totals["missed_before_join"],
-            "duplicates": totals["duplicates"],
-            "streams_evicted": core.tracker.evicted,
-            "malformed": core.malformed,
-            "foreign": core.foreign,
+            "queued": len(self._inbox) + len(self._pending),
             "queue_peak": self.queue_peak,
             **core.snapshot(),
-            "feedback_frames": core.feedback_sent,
-            "feedback_bytes": core.feedback_bytes,
             "latency_ms": self.latency_ms(),
             **self._episodes.snapshot(now=now),
-            "senders": core.tracker.per_sender(),
             "handler_errors": self.handler_errors,
-            "io_saturated_polls": core.saturated_polls,
             "error": None if self.error is None else repr(self.error),
             "timeline": self.timeline.as_dict(t0=self._t0),
         }
+
+
+def _open_sockets(context: zmq.Context[zmq.Socket[bytes]] | None, data: str | Sequence[str],
+                  feedback: str | Sequence[str], overhear: str | Sequence[str],
+                  options: SocketOptions | None) -> tuple[Any, list[str], Any, list[str], Any,
+                                                          Any]:
+    """(data SUB, its endpoints, feedback PUB, its endpoints, overhearing SUB or None,
+    CURVE authenticator or None), all closed again if any of them fails."""
+    curve = options.curve if options is not None else None
+    auth: Any = None
+    if curve is not None:
+        if not curve.authorized_dir or not os.path.isdir(curve.authorized_dir):
+            raise ConfigError("a CURVE receiver needs authorized_dir: a directory of the "
+                              "public keys allowed to connect")
+        from zmq.auth.thread import ThreadAuthenticator
+
+        # the ZAP handler belongs to a context: give this receiver its own
+        ctx = context or zmq.Context()
+        auth = ThreadAuthenticator(ctx)
+        auth.start()
+        auth.configure_curve(domain="*", location=curve.authorized_dir)
+    else:
+        ctx = context or zmq.Context.instance()
+    sockets: list[zmq.Socket[bytes]] = []
+    try:
+        sub, data_eps = open_sub(ctx, parse_endpoints(data), bind=True, options=options)
+        sockets.append(sub)
+        pub, fb_eps = open_pub(ctx, parse_endpoints(feedback), bind=True, options=options)
+        sockets.append(pub)
+        hear_uris = parse_endpoints(overhear) if overhear else []
+        fb_uris = parse_endpoints(feedback)
+        if any(u.startswith(("epgm://", "pgm://")) for u in fb_uris):
+            hear_uris += fb_uris  # on multicast, the feedback group is where the others speak
+        hear = None
+        if hear_uris:
+            hear, _ = open_sub(ctx, hear_uris, bind=False, options=options)
+            sockets.append(hear)
+    except BaseException:
+        for sock in sockets:
+            sock.close(0)
+        if auth is not None:
+            auth.stop()
+        raise
+    return sub, data_eps, pub, fb_eps, hear, auth

@@ -1,0 +1,209 @@
+"""The live receiver's bounded queue: the I/O thread puts, the application takes.
+
+One Condition guards it. ``put`` applies the overflow policy and tells the protocol
+core what entered or was dropped; ``take`` hands messages out in the consumer's
+batches, remembers per stream how many left (the core learns it on the I/O thread,
+``released``), wakes the I/O thread when enough was freed for a new grant, and samples
+send-to-delivery latency.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sized
+from operator import itemgetter
+
+import numpy as np
+
+from ._receiver_core import Key, Message
+
+OVERFLOW_POLICIES = ("drop-newest", "drop-oldest", "block")
+LATENCY_SAMPLES = 1 << 16
+LATENCY_PER_CALL = 32  # latency samples taken per take() call, at most about
+#: A sampled "latency" outside this range is a wrong clock or a forged timestamp, not a
+#: latency: it is counted (``latency_ms["outliers"]``) and left out, s.
+LATENCY_MIN_S, LATENCY_MAX_S = -3_600.0, 86_400.0
+
+_key_of = itemgetter(0)
+_message_of = itemgetter(1)
+Item = tuple[Key, Message]
+
+
+class Inbox:
+    """Bounded, thread-safe queue of ``(stream key, Message)``."""
+
+    def __init__(self, capacity_msgs: int, overflow: str, *, wake: Callable[[], None],
+                 wake_every: int) -> None:
+        self.capacity_msgs = capacity_msgs
+        self.overflow = overflow
+        self.cond = threading.Condition()
+        self._wake = wake
+        self._wake_every = wake_every
+        self._queue: deque[Item] = deque()
+        self._released: dict[Key, int] = {}
+        self._since_wake = 0
+        self._ends: dict[Key, int] = {}
+        self.closed = False  # the I/O thread has finished: nothing more will come
+        self.delivered = 0
+        self.queue_peak = 0
+        self.t_last_delivery: float | None = None  # wall time
+        self._lat = np.zeros(LATENCY_SAMPLES)
+        self._lat_n = 0
+        self._lat_max = 0.0
+        self._lat_outliers = 0
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def full(self) -> bool:
+        return len(self._queue) >= self.capacity_msgs
+
+    # -- the application's side ------------------------------------------------
+    def take(self, max_n: int, timeout: float | None = None) -> list[Message]:
+        """Up to ``max_n`` messages; waits up to ``timeout`` for the first one."""
+        wake = False
+        with self.cond:
+            q = self._queue
+            if not q:
+                end = None if timeout is None else time.monotonic() + timeout
+                while not q:
+                    if self.closed:
+                        return []
+                    remaining = None if end is None else end - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return []
+                    self.cond.wait(remaining)
+            was_full = len(q) >= self.capacity_msgs
+            n = min(max_n, len(q))
+            if n == len(q):  # all of it (a consumer that keeps up): no per-item pops
+                items = list(q)
+                q.clear()
+            else:
+                items = [q.popleft() for _ in range(n)]
+            released = self._released
+            for key, count in Counter(map(_key_of, items)).items():
+                released[key] = released.get(key, 0) + count
+            self.delivered += n
+            now_wall = time.time()
+            self.t_last_delivery = now_wall
+            if not q:
+                self.cond.notify_all()  # wait_empty()
+            self._since_wake += n
+            if self._since_wake >= self._wake_every or (was_full and self.overflow == "block"):
+                self._since_wake = 0
+                wake = True
+            self._sample_latency(items, now_wall)
+        if wake:
+            self._wake()
+        return list(map(_message_of, items))
+
+    def _sample_latency(self, items: list[Item], now_wall: float) -> None:
+        # latency of a sample (the first, the oldest, is always in it): per-item
+        # bookkeeping would cost more than the rest of the delivery
+        lat, i = self._lat, self._lat_n
+        for _, m in items[::max(1, len(items) // LATENCY_PER_CALL)]:
+            d = now_wall - m.ts
+            if not LATENCY_MIN_S <= d <= LATENCY_MAX_S:
+                self._lat_outliers += 1
+                continue
+            lat[i % LATENCY_SAMPLES] = d
+            i += 1
+            if d > self._lat_max:
+                self._lat_max = d
+        self._lat_n = i
+
+    def wait_empty(self, pending: Sized, timeout: float | None = None) -> bool:
+        """Wait until the queue and ``pending`` (the I/O thread's) are empty."""
+        end = math.inf if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while self._queue or len(pending):
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.cond.wait(min(remaining, 1.0))
+        return True
+
+    def ends(self) -> dict[Key, int]:
+        with self.cond:
+            return dict(self._ends)
+
+    def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
+        end = math.inf if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while len(self._ends) < n:
+                remaining = end - time.monotonic()
+                if remaining <= 0 or self.closed:
+                    return len(self._ends) >= n
+                self.cond.wait(min(remaining, 1.0))
+        return True
+
+    # -- the I/O thread's side -------------------------------------------------
+    def put(self, pending: deque[Item], *, on_dropped: Callable[[Message], None],
+            on_enqueued: Callable[[Key, int], None]) -> None:
+        """Move ``pending`` into the queue, applying the overflow policy (``block``
+        leaves what does not fit in ``pending``)."""
+        if not pending:
+            return
+        cap = self.capacity_msgs
+        enq: dict[Key, int] = {}
+        dropped: list[Message] = []
+        with self.cond:
+            q = self._queue
+            while pending:
+                if len(q) >= cap:
+                    if self.overflow == "block":
+                        break
+                    if self.overflow == "drop-newest":
+                        dropped.append(pending.popleft()[1])
+                        continue
+                    old_key, old = q.popleft()  # drop-oldest
+                    self._released[old_key] = self._released.get(old_key, 0) + 1
+                    dropped.append(old)
+                item = pending.popleft()
+                q.append(item)
+                enq[item[0]] = enq.get(item[0], 0) + 1
+            if len(q) > self.queue_peak:
+                self.queue_peak = len(q)
+            self.cond.notify_all()
+        for msg in dropped:
+            on_dropped(msg)
+        for key, n in enq.items():
+            on_enqueued(key, n)
+
+    def released(self) -> tuple[dict[Key, int], int]:
+        """What left the queue since the last call, per stream, and the depth now."""
+        with self.cond:
+            released, self._released = self._released, {}
+            return released, len(self._queue)
+
+    def set_ends(self, ends: dict[Key, int]) -> None:
+        with self.cond:
+            self._ends = dict(ends)
+            self.cond.notify_all()
+
+    def finish(self) -> None:
+        """The I/O thread is done: waiters return."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def latency_ms(self) -> dict[str, float | None]:
+        """Send-to-delivery latency: percentiles over the last 65,536 samples (each
+        ``take`` samples at most about LATENCY_PER_CALL of its messages, the oldest
+        always), and the largest sampled since start. ``outliers``: samples left out as
+        impossible (timestamps more than an hour ahead or a day behind)."""
+        with self.cond:
+            n = min(self._lat_n, LATENCY_SAMPLES)
+            sample = self._lat[:n].copy()
+            worst = self._lat_max
+            outliers = self._lat_outliers
+        if n == 0:
+            return {"p50": None, "p99": None, "max": None, "samples": 0, "outliers": outliers}
+        p50, p99 = np.percentile(sample, [50, 99]) * 1000.0
+        return {"p50": round(float(p50), 3), "p99": round(float(p99), 3),
+                "max": round(worst * 1000.0, 3), "samples": int(self._lat_n),
+                "outliers": outliers}
