@@ -127,13 +127,14 @@ class AckConfig:
     #: Nothing is sendable until this many receivers have granted credit.
     min_receivers: int = 0
     #: No sender is granted more than this share of a receiver's queue. Grants cannot be
-    #: taken back: at 1.0 the first sender heard takes the whole queue, and two senders
-    #: that start together, heard in opposite orders by two receivers, each hold one
-    #: queue while waiting for credit at the other, until idle_credit_s (found in
-    #: `nakflow eval`: 4 of 31 ACK runs stalled 5 s, two then overflowed). At 0.5 two
-    #: concurrent newcomers always find room (`nakflow eval` runs its ACK receivers so;
-    #: 1.0, seed 004's initial demand = capacity, stays the default until the simulator's
-    #: vectorised granter models the share too: issue 15).
+    #: taken back: at 1.0 (seed 004's initial demand = capacity) the first sender heard
+    #: takes the whole queue, and two senders that start together, heard in opposite
+    #: orders by two receivers, each hold one queue while waiting for credit at the other
+    #: until idle_credit_s (found in `nakflow eval`: 4 of 31 ACK runs stalled 5 s, two of
+    #: them then overflowed when the lent credit came back). At 0.5 two concurrent
+    #: newcomers always find room, but a lone sender's window is half the queue, which
+    #: halves ACK's window / RTT throughput on long round trips (simulated, 100 ms:
+    #: 7.6k instead of 15k msgs/s). `nakflow eval` (concurrent Spark tasks) uses 0.5.
     max_share: float = 1.0
     #: Re-grant once the consumer freed this fraction of the window (seed 004: a quarter).
     regrant_fraction: float = 0.25

@@ -201,8 +201,8 @@ class CreditGranter:
     def window(self) -> int:
         """Messages each sender may have outstanding here: an even share of the queue, at
         most ``max_share`` of it."""
-        share = min(self.config.max_share, 1.0 / max(1, len(self._senders)))
-        return max(1, int(self.capacity_msgs * share))
+        even = self.capacity_msgs // max(1, len(self._senders))
+        return max(1, min(even, int(self.capacity_msgs * self.config.max_share)))
 
     def on_sender(self, sender: SenderKey, next_seq: int, *, now: float,
                   waiting: bool = False) -> None:

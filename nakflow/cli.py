@@ -263,8 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--curve-authorized", default=None, metavar="DIR",
                    help="CURVE: directory of public keys allowed to connect")
     r.add_argument("--ack-max-share", type=float, default=1.0, metavar="FRACTION",
-                   help="ack mode: most of the queue one sender is granted (0.5: two "
-                        "senders starting together never deadlock; default 1.0)")
+                   help="ack mode: most of the queue one sender is granted (0.5: senders "
+                        "that start together never deadlock, but a lone sender's window "
+                        "is halved; default 1.0)")
     r.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
     # test hook: drop this fraction of DATA before accounting, as loss in flight would
     r.add_argument("--test-drop-data", type=float, default=0.0, help=argparse.SUPPRESS)

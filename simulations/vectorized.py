@@ -110,7 +110,8 @@ class VecFillMonitor:
 class VecCreditGranter:
     """S x N CreditGranters (sender s at receiver i), vectorised.
 
-    Mirrors ``nakflow.CreditGranter``: window = capacity // senders known, the
+    Mirrors ``nakflow.CreditGranter``: window = capacity // senders known (at most
+    ``max_share`` of the capacity), the
     limit aims at ``position - queued + window`` but hands out only capacity no
     sender is committed to (senders in index order, as the scalar granter's),
     re-granted after ``regrant_fraction`` of the window was freed and at least
@@ -140,7 +141,8 @@ class VecCreditGranter:
 
     def window(self) -> IntArray:
         n_known = np.maximum(1, self.known.sum(axis=0))
-        out: IntArray = np.maximum(1, self.capacity // n_known)
+        cap_share = (self.capacity * self.config.max_share).astype(np.int64)
+        out: IntArray = np.maximum(1, np.minimum(self.capacity // n_known, cap_share))
         return out
 
     def on_sender(self, heard: BoolArray, next_seq: IntArray, now: float) -> None:

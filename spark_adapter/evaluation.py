@@ -130,7 +130,7 @@ def run_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig, *, rows: int,
         return {"mode": mode, "run_id": run_id, "rows": rows, "partitions": partitions,
                 "job_s": time.monotonic() - t0, "senders": senders, "receivers": []}
     specs = cfg.receiver_specs()
-    # ack receivers grant no sender more than half the queue: tasks that start together
+    # ack receivers grant no task more than half the queue: tasks that start together
     # then never hold one receiver's queue each while waiting at another (AckConfig.max_share)
     extra = ["--ack-max-share", "0.5"] if mode == "ack" else []
     with LocalReceivers(specs, mode=mode, senders=partitions, stream=STREAM,

@@ -42,9 +42,10 @@ def test_vectorised_fill_monitor_decides_exactly_like_the_scalar_one():
     assert vec.suppressed == sum(m.suppressed for m in scalars) > 0
 
 
-def test_vectorised_credit_granter_decides_exactly_like_the_scalar_one():
+@pytest.mark.parametrize("max_share", [1.0, 0.5])
+def test_vectorised_credit_granter_decides_exactly_like_the_scalar_one(max_share):
     rng = np.random.default_rng(11)
-    s_count, n, cfg = 2, 15, AckConfig()
+    s_count, n, cfg = 2, 15, AckConfig(max_share=max_share)
     caps = rng.integers(20, 200, n)
     vec = VecCreditGranter(s_count, caps, cfg)
     scalars = [CreditGranter(int(c), cfg) for c in caps]
