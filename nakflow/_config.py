@@ -63,8 +63,11 @@ class NakConfig:
     #: After this long without any NAK, s, the limit also grows by probe_factor every
     #: step_s from where it stands then (the higher of that and CUBIC counts), so capacity
     #: that frees up (a sender finished, a receiver left) is found in a few steps instead
-    #: of after CUBIC's plateau (docs/tuning.md). None: CUBIC alone.
-    probe_after_s: float | None = 0.2
+    #: of after CUBIC's plateau. Only where the RTT is far below it (loopback, a LAN): the
+    #: sender does not know the RTT yet, and on long round trips the probe overshoots
+    #: before a NAK can come back (simulated at 100 ms: 2-7x the drops; docs/tuning.md).
+    #: None (default): CUBIC alone. `nakflow eval` with its local receivers uses 0.2.
+    probe_after_s: float | None = None
     #: ... growth per step_s of that probe.
     probe_factor: float = 1.25
     #: Token-bucket burst, as seconds' worth of the current rate.
