@@ -67,7 +67,8 @@ class Credit:
 @dataclass(frozen=True, slots=True)
 class Hello:
     """Presence. A sender's HELLO carries the next seq it will send; a receiver's
-    HELLO that answers a sender's names it in ``echo`` ("" otherwise)."""
+    HELLO that answers a sender's names it in ``echo`` ("" otherwise) and carries the
+    sender's ``ts`` back, so the sender measures the round trip on its own clock."""
 
     stream: str
     node: str

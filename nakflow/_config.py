@@ -60,14 +60,17 @@ class NakConfig:
     step_s: float = 0.05
     #: CUBIC growth constant, relative to the rate at the last NAK, per s^3 (RFC 8312 shape).
     cubic_c: float = 1.0
-    #: After this long without any NAK, s, the limit also grows by probe_factor every
-    #: step_s from where it stands then (the higher of that and CUBIC counts), so capacity
-    #: that frees up (a sender finished, a receiver left) is found in a few steps instead
-    #: of after CUBIC's plateau. Only where the RTT is far below it (loopback, a LAN): the
-    #: sender does not know the RTT yet, and on long round trips the probe overshoots
-    #: before a NAK can come back (simulated at 100 ms: 2-7x the drops; docs/tuning.md).
-    #: None (default): CUBIC alone. `nakflow eval` with its local receivers uses 0.2.
+    #: After this long without any NAK, s, and probe_rtts round trips, the limit also
+    #: grows by probe_factor once per step_s or per RTT (whichever is longer) from where it
+    #: stands then (the higher of that and CUBIC counts), so capacity that frees up (a
+    #: sender finished, a receiver left) is found in a few steps instead of after CUBIC's
+    #: plateau. Needs the RTT (measured from receivers' HELLO answers): a sender that has
+    #: none does not probe. Off by default: even RTT-aware, it overshoots where a queue
+    #: holds less than an RTT (simulated, 50 ms: 12x the drops). None: CUBIC alone
+    #: (docs/tuning.md); `nakflow eval`, on loopback, uses 0.2.
     probe_after_s: float | None = None
+    #: ... and the probe waits this many RTTs without a NAK.
+    probe_rtts: float = 4.0
     #: ... growth per step_s of that probe.
     probe_factor: float = 1.25
     #: Token-bucket burst, as seconds' worth of the current rate.
@@ -94,6 +97,8 @@ class NakConfig:
             raise ConfigError("ramp_factor must be a finite number > 1")
         if not (self.probe_factor > 1 and math.isfinite(self.probe_factor)):
             raise ConfigError("probe_factor must be a finite number > 1")
+        if not self.probe_rtts >= 1:
+            raise ConfigError("probe_rtts must be >= 1")
         if self.probe_after_s is not None and not self.probe_after_s >= self.quiet_s:
             raise ConfigError("probe_after_s must be None or >= quiet_s")
         for name in ("window_s", "step_s", "cubic_c", "burst_s", "quiet_s"):

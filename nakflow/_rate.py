@@ -67,6 +67,7 @@ class NakRateController:
         self._meter_t0: float | None = None
         self._meter_count = 0
         self._measured: float | None = None
+        self.rtt_s: float | None = None  # the group's round-trip time, once measured
         # metrics
         self.naks_received: dict[int, int] = {}
         self.cuts = 0
@@ -88,6 +89,11 @@ class NakRateController:
         if self._quiet_from is None or math.isinf(self._next_tick):
             return None
         return self._next_tick
+
+    def set_rtt(self, rtt_s: float) -> None:
+        """The group's round-trip time (the largest measured), s. The probe waits for
+        ``probe_rtts`` of it without a NAK, and then grows at most once per RTT."""
+        self.rtt_s = max(0.0, rtt_s)
 
     def measured_rate(self) -> float | None:
         """Send rate over the last complete meter period, msgs/s (None before one)."""
@@ -231,18 +237,30 @@ class NakRateController:
             rate = self._r0 * cfg.ramp_factor ** min(steps, 10_000)
         else:
             rate = self._cubic(steps)
-            if cfg.probe_after_s is not None:
-                probe_from = max(0, round((cfg.probe_after_s - cfg.quiet_s) / cfg.step_s))
-                if steps > probe_from:
-                    base = max(self._cubic(probe_from), self._r0)
-                    probe = base * cfg.probe_factor ** min(steps - probe_from, 10_000)
-                    rate = max(rate, probe)
+            probe = self._probe(steps)
+            if probe is not None:
+                rate = max(rate, probe)
         rate = min(max(rate, self._r0, cfg.min_rate_msgs), cfg.max_rate_msgs)
         self._rate = rate
         if rate >= cfg.max_rate_msgs:
             self._next_tick = math.inf
         else:
             self._next_tick = self._quiet_from + cfg.quiet_s + steps * cfg.step_s
+
+    def _probe(self, steps: int) -> float | None:
+        """The probe's rate at ``steps`` (None: not probing). It starts once no NAK came
+        for probe_after_s and probe_rtts RTTs, and grows by probe_factor once per step or
+        per RTT, whichever is longer: an overshoot shows within an RTT."""
+        cfg = self.config
+        if cfg.probe_after_s is None or self.rtt_s is None:
+            return None
+        wait = max(cfg.probe_after_s, cfg.probe_rtts * self.rtt_s) - cfg.quiet_s
+        probe_from = max(0, math.ceil(wait / cfg.step_s - 1e-9))
+        if steps <= probe_from:
+            return None
+        per = max(1, math.ceil(self.rtt_s / cfg.step_s - 1e-9))  # steps per growth
+        base = max(self._cubic(probe_from), self._r0)
+        return float(base * cfg.probe_factor ** min((steps - probe_from + per - 1) // per, 10_000))
 
     def _cubic(self, steps: int) -> float:
         t = steps * self.config.step_s

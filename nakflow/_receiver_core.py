@@ -187,8 +187,10 @@ class ReceiverCore:
         self.tracker.on_hello(frame.node, frame.epoch, frame.next_seq)
         if key not in self._hellos:
             remember(self._hellos, key, self.tracker.max_streams)
+        # the answer echoes the sender's stamp: the sender measures the round trip on
+        # its own clock
         return self._frame(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0,
-                                 frame.node, now + self.wall_offset), now)
+                                 frame.node, frame.ts), now)
 
     def _on_end(self, frame: End) -> None:
         key = (frame.sender, frame.epoch)

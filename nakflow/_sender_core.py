@@ -30,7 +30,7 @@ from ._codec import (
 )
 from ._config import AckConfig, NakConfig, RepairConfig
 from ._errors import ProtocolError
-from ._flow import AckFlow, is_other_modes_feedback, make_sender_flow
+from ._flow import AckFlow, NakFlow, is_other_modes_feedback, make_sender_flow
 from ._history import SendHistory, Slice
 from ._timeline import Timeline
 
@@ -40,6 +40,8 @@ log = logging.getLogger("nakflow.sender")
 #: forgotten, so made-up ids cannot grow memory.
 MAX_PEERS = 4096
 REPAIR_CHUNK_MSGS = 256  # repairs admitted per call, at most
+MAX_RTT_S = 10.0  # a longer "round trip" is a wrong or forged echo
+RTT_PEERS = 64  # the group RTT is the largest sample of this many receivers, at most
 
 
 def remember(peers: dict[Any, None], key: Any, cap: int = MAX_PEERS) -> None:
@@ -77,6 +79,8 @@ class SenderCore:
         self.receivers_heard: dict[str, None] = {}
         self.echoed: dict[str, None] = {}
         self.said_hello = False
+        self._rtt_of: dict[str, float] = {}  # receiver -> latest RTT sample, oldest first
+        self.rtt_s: float | None = None
         self.feedback_frames = self.feedback_bytes = self.malformed = self.foreign = 0
         self.repair_requests = 0
         self._warned: set[str] = set()
@@ -177,6 +181,7 @@ class SenderCore:
                 remember(self.receivers_heard, frame.node)
                 if frame.echo == self.sender_id:
                     remember(self.echoed, frame.node)
+                    self._on_rtt_sample(frame.node, now + self.wall_offset - frame.ts)
                 if frame.mode != self.mode:
                     self._warn("mode", f"receiver {frame.node} runs mode {frame.mode!r}")
         elif isinstance(frame, Bye):
@@ -191,6 +196,21 @@ class SenderCore:
         elif is_other_modes_feedback(frame, self.mode):
             self._warn("mode", f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
         self.flow.on_feedback(frame, now=now)
+
+    def _on_rtt_sample(self, node: str, rtt_s: float) -> None:
+        """A receiver answered our HELLO after ``rtt_s``: the group RTT is the largest of
+        the latest samples of the RTT_PEERS receivers heard last (implausible ones, e.g.
+        a forged echo, are left out)."""
+        if not 0.0 <= rtt_s <= MAX_RTT_S:
+            return
+        rtts = self._rtt_of
+        rtts.pop(node, None)
+        rtts[node] = rtt_s
+        if len(rtts) > RTT_PEERS:
+            del rtts[next(iter(rtts))]
+        self.rtt_s = max(rtts.values())
+        if isinstance(self.flow, NakFlow):
+            self.flow.controller.set_rtt(self.rtt_s)
 
     def _on_repair(self, frame: Repair, now: float) -> None:
         self.repair_requests += 1
@@ -228,6 +248,7 @@ class SenderCore:
             "cuts": flow.get("cuts", 0),
             "receivers": flow.get("receivers") if self.mode == "ack"
             else len(self.receivers_heard),
+            "rtt_ms": None if self.rtt_s is None else round(self.rtt_s * 1000, 3),
             "feedback_frames": self.feedback_frames,
             "feedback_bytes": self.feedback_bytes,
             "feedback_malformed": self.malformed,

@@ -170,6 +170,9 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
     ack_cfg = dataclasses.replace(p.ack, receiver_timeout_s=p.receiver_timeout_s)
     flows = [make_sender_flow(mode, stream="sim", sender=f"s{s}", epoch=1, nak=p.nak,
                               ack=ack_cfg) for s in range(S)]
+    for f in flows:  # as a live sender measures it from its receivers' HELLO answers
+        if isinstance(f, NakFlow):
+            f.controller.set_rtt(float(rtt.max()))
     names = [f"r{i}" for i in range(N)]
     send_hist = np.zeros((S, ring), np.int64)
     src_carry = np.zeros(S)

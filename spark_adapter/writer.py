@@ -157,6 +157,7 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
         "naks_by_level": naks, "cuts": int(snap["cuts"]),
         "final_rate_limit": None if snap["rate_limit"] is None else float(snap["rate_limit"]),
         "feedback_frames": snap["feedback_frames"], "receivers": int(snap["receivers"] or 0),
+        "rtt_ms": snap["rtt_ms"],
     }
 
 

@@ -95,22 +95,37 @@ def test_stepwise_cubic_increase_exact_values():
 
 
 def test_after_probe_after_s_without_a_nak_the_limit_also_grows_geometrically():
-    """Freed capacity is found in steps of probe_factor, not after CUBIC's plateau."""
+    """Freed capacity is found in steps of probe_factor, not after CUBIC's plateau; the
+    probe needs the RTT, waits probe_rtts of it, and grows at most once per RTT."""
     cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6, quiet_s=0.1, step_s=0.05,
-                    probe_after_s=0.3, probe_factor=1.1)
-    plain = NakRateController(replace(cfg, probe_after_s=None))
-    ctrl = NakRateController(cfg)
-    for c in (plain, ctrl):
-        c.on_nak(87, now=0.0)
-    # steps tick at 0.1, 0.15, ...; the probe starts after step 4 (0.3 s without a NAK)
-    for k in range(1, 5):
-        t = 0.1 + (k - 1) * 0.05 + 1e-9
-        assert ctrl.rate(now=t) == plain.rate(now=t)
-    base = ctrl.rate(now=0.25 + 1e-9)
+                    probe_after_s=0.3, probe_factor=1.1, probe_rtts=4)
+
+    def ticks(rtt: float | None) -> tuple[NakRateController, NakRateController]:
+        plain, ctrl = NakRateController(replace(cfg, probe_after_s=None)), NakRateController(cfg)
+        for c in (plain, ctrl):
+            if rtt is not None:
+                c.set_rtt(rtt)
+            c.on_nak(87, now=0.0)
+        return plain, ctrl
+
+    def at(k: int) -> float:  # steps tick at 0.1, 0.15, ...
+        return 0.1 + (k - 1) * 0.05 + 1e-9
+
+    plain, ctrl = ticks(None)  # no RTT measured: no probe
+    assert all(ctrl.rate(now=at(k)) == plain.rate(now=at(k)) for k in range(1, 15))
+    plain, ctrl = ticks(0.001)  # short RTT: after step 4 (0.3 s without a NAK), x1.1 a step
+    assert all(ctrl.rate(now=at(k)) == plain.rate(now=at(k)) for k in range(1, 5))
+    base = ctrl.rate(now=at(4))
     for k in range(5, 12):
-        t = 0.1 + (k - 1) * 0.05 + 1e-9
-        assert ctrl.rate(now=t) == pytest.approx(max(plain.rate(now=t), base * 1.1 ** (k - 4)))
-    assert ctrl.rate(now=0.6 + 1e-9) > 1.5 * plain.rate(now=0.6 + 1e-9)
+        assert ctrl.rate(now=at(k)) == pytest.approx(max(plain.rate(now=at(k)),
+                                                         base * 1.1 ** (k - 4)))
+    assert ctrl.rate(now=at(11)) > 1.5 * plain.rate(now=at(11))
+    plain, ctrl = ticks(0.1)  # 100 ms: waits 4 RTTs (step 6), then x1.1 every 2 steps
+    assert all(ctrl.rate(now=at(k)) == plain.rate(now=at(k)) for k in range(1, 7))
+    base = ctrl.rate(now=at(6))
+    for k in range(7, 15):
+        assert ctrl.rate(now=at(k)) == pytest.approx(max(plain.rate(now=at(k)),
+                                                         base * 1.1 ** ((k - 6 + 1) // 2)))
 
 
 def test_hold_blocks_increase_without_recutting_then_recut_after_hold():

@@ -17,11 +17,14 @@ from hypothesis import strategies as st
 from nakflow import (
     ConfigError,
     Gone,
+    Hello,
     ProtocolError,
     RData,
+    ReceiverCore,
     Repair,
     RepairConfig,
     RepairRequester,
+    SenderCore,
     SendHistory,
     decode,
     encode,
@@ -210,3 +213,22 @@ def test_what_the_history_no_longer_holds_is_reported_beyond_history():
     assert out.beyond_history > 0
     assert out.sent == (out.delivered_unique + out.lost + out.dropped + out.beyond_history
                         + out.missed_before_join)
+
+
+def test_the_sender_measures_the_round_trip_from_hello_answers():
+    """A receiver's HELLO answer carries the sender's stamp back: the RTT is measured on
+    the sender's clock alone; the group RTT is the largest; a forged echo from the far
+    past is left out."""
+    tx = SenderCore(mode="nak", stream="s", sender_id="p", epoch=1, max_frame_bytes=1 << 20,
+                    wall_offset=100.0)
+    hello = tx.hello(now=1.0)
+    for name, rx_offset, back in (("r1", -50.0, 1.03), ("r2", 7.0, 1.08)):
+        rx = ReceiverCore(mode="nak", stream="s", receiver_id=name, capacity_msgs=10,
+                          max_streams=4, max_frame_bytes=1 << 20, wall_offset=rx_offset)
+        (answer,) = rx.on_data(hello, lambda item: None, now=1.01)
+        tx.on_feedback(answer, now=back)
+    assert tx.rtt_s == pytest.approx(0.08)
+    assert tx.flow.controller.rtt_s == pytest.approx(0.08)  # type: ignore[attr-defined]
+    forged = encode(Hello("s", "r3", "receiver", "nak", 0, 0, "p", 0.0))
+    tx.on_feedback(forged, now=2.0)
+    assert tx.rtt_s == pytest.approx(0.08) and tx.snapshot()["rtt_ms"] == 80.0

@@ -82,6 +82,7 @@ def test_a_stopped_receiver_gets_back_what_the_history_holds_and_is_told_the_res
 def test_what_the_history_no_longer_holds_is_reported_not_silent():
     snap, reports, _ = stop_one_receiver(RepairConfig(history_age_s=0.3))
     sent = snap["sent"]
+    assert 0 <= snap["rtt_ms"] < 1_000  # measured from the receivers' HELLO answers
     victim, *others = reports
     assert victim["beyond_history"] > 0 and snap["repair"]["gone"] > 0
     assert victim["lost"] == 0  # every gap was either repaired or answered with GONE
