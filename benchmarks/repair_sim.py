@@ -4,6 +4,7 @@
 
 Prints, per scenario and mode: the send rate, the worst receiver's goodput, what the
 queues and the network dropped, what repair brought back, and what stayed missing.
+Then repair requests per second at the sender as receivers are added (suppression).
 Issue 13's targets: gc-pauses, NAK with repair 0 unrepaired and goodput >= ACK's;
 latency sweep, NAK goodput >= 0.9x its 1 ms figure and 0 unrepaired where the history
 covers 2x the bandwidth-delay product.
@@ -51,6 +52,16 @@ def main() -> None:
         for label, mode, repair in VARIANTS:
             p = base if repair else replace(base, repair=RepairConfig(enabled=False))
             print(row(label, f"rtt={rtt * 1000:g}ms", p, mode), flush=True)
+    print("\nrepair requests at the sender: 1 % of frames lost near the sender (every "
+          "receiver misses the same ones), 10 ms RTT", flush=True)
+    for n in (10, 30) if args.quick else (10, 30, 100):
+        p = CoreSimParams(receivers=n, rtt_s=0.01, duration_s=min(duration, 2.0),
+                          shared_loss=0.01)
+        r = simulate_cores(p, "nak", seed=3)
+        missing = sum(x["lost"] + x["dropped_unrepaired"] + x["beyond_history"]
+                      for x in r["receivers"])
+        print(f"  {n:>4} receivers: {r['repair']['requests'] / r['sim_s']:6.1f} requests/s, "
+              f"{missing} missing", flush=True)
 
 
 if __name__ == "__main__":

@@ -61,8 +61,10 @@ class CoreSimParams:
     #: The next `dead` receivers stop for good at dead_at_s.
     dead: int = 0
     dead_at_s: float = 2.0
-    #: Fraction of DATA/RDATA frames lost on the way to each receiver.
+    #: Fraction of DATA/RDATA frames lost on the way to each receiver (independently).
     data_loss: float = 0.0
+    #: Fraction of DATA/RDATA frames lost near the sender, for every receiver at once.
+    shared_loss: float = 0.0
     #: Time step, s.
     step_s: float = 0.001
     nak: NakConfig = field(default_factory=NakConfig)
@@ -122,6 +124,8 @@ def simulate_cores(p: CoreSimParams, mode: str, *, seed: int = 0) -> dict[str, A
             out.append(tx.end(now=t))  # END repeated for a second, as close() re-sends it
         for buf in out:
             lossy = buf[2] in (1, 7)  # DATA, RDATA
+            if lossy and p.shared_loss and rng.random() < p.shared_loss:
+                continue
             for i in range(n):
                 if not (lossy and p.data_loss and rng.random() < p.data_loss):
                     inbound[i].append((step + half, buf))
@@ -181,4 +185,5 @@ def simulate_cores(p: CoreSimParams, mode: str, *, seed: int = 0) -> dict[str, A
     snap = tx.snapshot()
     return {"mode": mode, "sent": sent, "sim_s": round(step * dt, 3),
             "send_rate_msgs": round(sent / p.duration_s, 1), "rtt_ms": snap["rtt_ms"],
-            "cuts": snap["cuts"], "repair": snap["repair"], "receivers": rows}
+            "cuts": snap["cuts"], "repair": snap["repair"],
+            "feedback_frames": snap["feedback_frames"], "receivers": rows}
