@@ -12,12 +12,14 @@ own: ``now`` and ``rng`` come in.
 
 from __future__ import annotations
 
+import heapq
+import math
 from typing import Any
 
 from ._codec import MAX_RANGES, Repair
 from ._config import RepairConfig
 from ._fill import Uniform, backoff_delay
-from ._gaps import DROPPED
+from ._gaps import DROPPED, GapList
 from ._seqtrack import SequenceTracker
 
 
@@ -33,7 +35,8 @@ class RepairRequester:
         self.receiver = receiver
         self.config = config or RepairConfig()
         self._rng = rng
-        self._next_due = 0.0
+        self._heap: list[tuple[float, tuple[str, int]]] = []  # (due, stream), may be stale
+        self._scheduled: dict[tuple[str, int], float] = {}  # stream -> its live heap entry
         self.requests_sent = 0
         self.msgs_requested = 0
         self.suppressed = 0
@@ -46,57 +49,77 @@ class RepairRequester:
         return backoff_delay(self._rng.random(), cfg.backoff_s)
 
     def poll(self, fill: float, *, now: float) -> list[Repair]:
-        """Requests due at ``now``; ``fill`` is the queue's fill, a fraction of capacity."""
-        with_gaps = self.tracker.with_gaps
-        if not with_gaps or (now < self._next_due and not self.tracker.gaps_added):
-            return []
-        self.tracker.gaps_added = 0
-        cfg = self.config
-        room = fill < cfg.refill_below
-        free = (1.0 - fill) * self.capacity_msgs
+        """Requests due at ``now``; ``fill`` is the queue's fill, a fraction of capacity.
+
+        Only streams whose gaps changed since the last call, or whose next request is
+        due, are looked at (a heap of due times): a flood of made-up streams with gaps
+        costs what it adds, not a scan of every stream at every call.
+        """
+        tracker, heap, scheduled = self.tracker, self._heap, self._scheduled
+        keys, tracker.dirty = tracker.dirty, set()
+        while heap and heap[0][0] <= now:
+            due, key = heapq.heappop(heap)
+            if scheduled.get(key) == due:
+                del scheduled[key]
+                keys.add(key)
         out: list[Repair] = []
-        next_due = float("inf")
-        streams = self.tracker.streams
-        for key in list(with_gaps):
-            gaps = with_gaps[key]
-            st = streams.get(key)
-            # once its END is in, a stream sends nothing new: ask for what fits now,
-            # before the sender's linger for repairs runs out
-            ended = st is not None and st.final_seq is not None
-            if gaps.progress:  # the sender is answering (repairs wait for its rate
-                gaps.progress = False  # limit): tries count only while nothing comes
-                for g in gaps:
-                    g.tries = min(g.tries, 1)
-            ranges: list[tuple[int, int]] = []
-            for g in list(gaps):
-                if g.due < 0:
-                    g.due = now + self._holdoff()
-                if g.due > now:
-                    next_due = min(next_due, g.due)
-                    continue
-                if g.kind == DROPPED and not room:
-                    if ended and g.hi - g.lo <= free:
-                        free -= g.hi - g.lo
-                    else:  # look again soon: the consumer makes room
-                        next_due = min(next_due, now + cfg.retry_s / 4)
-                        continue
-                if g.tries >= cfg.max_requests:
-                    gaps.give_up(g)
-                    self.given_up += g.hi - g.lo
-                    continue
-                g.tries += 1
-                g.due = now + cfg.retry_s
-                next_due = min(next_due, g.due)
-                ranges.append((g.lo, g.hi))
-                self.msgs_requested += g.hi - g.lo
+        for key in keys:
+            gaps = tracker.with_gaps.get(key)
+            if gaps is None:
+                continue
+            ranges, due = self._due_ranges(key, gaps, fill, now)
             if not gaps:
-                del with_gaps[key]
+                del tracker.with_gaps[key]
+            elif due < scheduled.get(key, math.inf):
+                scheduled[key] = due
+                heapq.heappush(heap, (due, key))
             for i in range(0, len(ranges), MAX_RANGES):
                 out.append(Repair(self.stream, self.receiver, key[0], key[1],
                                   tuple(ranges[i:i + MAX_RANGES]), now))
+        if len(heap) > 4 * len(scheduled) + 64:  # drop stale entries now and then
+            self._heap = [(d, k) for d, k in heap if scheduled.get(k) == d]
+            heapq.heapify(self._heap)
         self.requests_sent += len(out)
-        self._next_due = next_due
         return out
+
+    def _due_ranges(self, key: tuple[str, int], gaps: GapList, fill: float,
+                    now: float) -> tuple[list[tuple[int, int]], float]:
+        """The ranges of ``key`` to ask for at ``now``, and when to look at it next."""
+        cfg = self.config
+        room = fill < cfg.refill_below
+        free = (1.0 - fill) * self.capacity_msgs
+        st = self.tracker.streams.get(key)
+        # once its END is in, a stream sends nothing new: ask for what fits now,
+        # before the sender's linger for repairs runs out
+        ended = st is not None and st.final_seq is not None
+        if gaps.progress:  # the sender is answering (repairs wait for its rate
+            gaps.progress = False  # limit): tries count only while nothing comes
+            for g in gaps:
+                g.tries = min(g.tries, 1)
+        ranges: list[tuple[int, int]] = []
+        next_due = math.inf
+        for g in list(gaps):
+            if g.due < 0:
+                g.due = now + self._holdoff()
+            if g.due > now:
+                next_due = min(next_due, g.due)
+                continue
+            if g.kind == DROPPED and not room:
+                if ended and g.hi - g.lo <= free:
+                    free -= g.hi - g.lo
+                else:  # look again soon: the consumer makes room
+                    next_due = min(next_due, now + cfg.retry_s / 4)
+                    continue
+            if g.tries >= cfg.max_requests:
+                gaps.give_up(g)
+                self.given_up += g.hi - g.lo
+                continue
+            g.tries += 1
+            g.due = now + cfg.retry_s
+            next_due = min(next_due, g.due)
+            ranges.append((g.lo, g.hi))
+            self.msgs_requested += g.hi - g.lo
+        return ranges, next_due
 
     def on_overheard(self, frame: Repair, *, now: float) -> None:
         """Another receiver asked: hold back our requests for what it asked for."""
@@ -108,11 +131,12 @@ class RepairRequester:
             if any(lo < g.hi and g.lo < hi for lo, hi in frame.ranges) and g.due < later:
                 g.due = later + self._holdoff()
                 self.suppressed += 1
+        self.tracker.dirty.add((frame.sender, frame.epoch))
 
     def next_deadline(self) -> float | None:
-        if not self.tracker.with_gaps:
-            return None
-        return self._next_due
+        if self.tracker.dirty:
+            return 0.0  # new gaps: look at once (any time in the past)
+        return self._heap[0][0] if self._heap else None
 
     def snapshot(self) -> dict[str, Any]:
         return {"requests_sent": self.requests_sent, "msgs_requested": self.msgs_requested,

@@ -113,7 +113,7 @@ class SequenceTracker:
         self.drop_duplicates = drop_duplicates
         self.repair = repair
         self.with_gaps: dict[tuple[str, int], GapList] = {}  # streams missing something
-        self.gaps_added = 0  # gaps added since a RepairRequester last looked
+        self.dirty: set[tuple[str, int]] = set()  # streams whose gaps grew since last looked
         self.max_streams = max_streams
         self.streams: dict[tuple[str, int], StreamState] = {}
         self._ended: dict[tuple[str, int], None] = {}  # ended streams, oldest END first
@@ -167,7 +167,7 @@ class SequenceTracker:
         if st.gaps is None:
             st.gaps = GapList()
         self.with_gaps[key] = st.gaps
-        self.gaps_added += 1
+        self.dirty.add(key)
         return st.gaps
 
     def on_repair(self, sender: str, epoch: int, seq: int, count: int) -> Ranges:
@@ -271,6 +271,7 @@ class SequenceTracker:
             del self.streams[victim]
             self._ended.pop(victim, None)
             self.with_gaps.pop(victim, None)
+            self.dirty.discard(victim)
             self.evicted += 1
 
     def epochs_of(self, sender: str) -> list[int]:
