@@ -125,6 +125,7 @@ class Receiver:
         self._inbox = Inbox(capacity_msgs, overflow, wake=self._wake, wake_every=max(
             1, int(capacity_msgs * ack_cfg.regrant_fraction / 4)))
         self._stopping = False
+        self._core_lock = threading.Lock()  # held by the I/O thread while it uses the core
         # owned by the I/O thread
         self._pending: deque[tuple[Key, Message]] = deque()
         self._behind_since: float | None = None
@@ -277,7 +278,8 @@ class Receiver:
         while not self._stopping:
             now = time.monotonic()
             if now >= next_hello:
-                self._fb.send(core.hello(now=now))
+                with self._core_lock:
+                    self._fb.send(core.hello(now=now))
                 next_hello = now + self.hello_interval_s
             deadline = min(next_hello, now + IDLE_POLL_S)
             fd = core.next_deadline()
@@ -286,20 +288,24 @@ class Receiver:
             blocked = self._pending or (self.overflow == "block" and self._inbox.full)
             poller = without_data if blocked else with_data
             events = dict(poller.poll(max(0, math.ceil((deadline - now) * 1000))))
-            if self._data in events:
-                self._read_data()
-            if self._hear is not None and self._hear in events:
-                now = time.monotonic()
-                for buf in drain(self._hear, 1000):
-                    core.on_overheard(buf, now=now)
-            if self._wake_r in events:
-                try:
-                    os.read(self._wake_r, 4096)
-                except BlockingIOError:
-                    pass
-            if self._pending:
-                self._flush_chunk()
-            self._feedback(time.monotonic())
+            with self._core_lock:  # snapshot() reads the core's tables from other threads
+                self._handle(events)
+
+    def _handle(self, events: dict[Any, int]) -> None:
+        if self._data in events:
+            self._read_data()
+        if self._hear is not None and self._hear in events:
+            now = time.monotonic()
+            for buf in drain(self._hear, 1000):
+                self.core.on_overheard(buf, now=now)
+        if self._wake_r in events:
+            try:
+                os.read(self._wake_r, 4096)
+            except BlockingIOError:
+                pass
+        if self._pending:
+            self._flush_chunk()
+        self._feedback(time.monotonic())
 
     def _read_data(self) -> None:
         """Read until a chunk of *messages* is pending (a batched frame holds many)."""
@@ -358,6 +364,8 @@ class Receiver:
         """
         now = time.monotonic()
         core = self.core
+        with self._core_lock:  # the I/O thread changes the tables while it handles frames
+            core_snap = core.snapshot()
         elapsed = (self._t_end or now) - self._t0
         first = None if core.first_data_at is None else core.first_data_at + self._wall_offset
         last = self._inbox.t_last_delivery
@@ -375,7 +383,7 @@ class Receiver:
             "goodput_msgs": round(self.delivered / active, 1) if active > 0 else 0.0,
             "queued": len(self._inbox) + len(self._pending),
             "queue_peak": self.queue_peak,
-            **core.snapshot(),
+            **core_snap,
             "latency_ms": self.latency_ms(),
             **self._episodes.snapshot(now=now),
             "handler_errors": self.handler_errors,
