@@ -81,6 +81,3 @@ class GapList:
         del self.gaps[i]
         del self._starts[i]
         self.given_up[gap.kind] += gap.hi - gap.lo
-
-    def missing(self) -> int:
-        return sum(g.hi - g.lo for g in self.gaps)

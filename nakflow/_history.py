@@ -29,14 +29,12 @@ class Slice(NamedTuple):
 PENDING = float("inf")  # an entry's last_t while a slice of it waits to be re-sent
 
 
-class _Entry:
-    __slots__ = ("added", "last_hi", "last_lo", "last_t", "nbytes", "payloads", "seq", "ts")
-
-    def __init__(self, seq: int, ts: float, payloads: Sequence[bytes], nbytes: int,
-                 added: float) -> None:
-        self.seq, self.ts, self.payloads, self.nbytes, self.added = seq, ts, payloads, nbytes, added
-        self.last_t = -1e300  # when a slice of it was last re-sent
-        self.last_lo = self.last_hi = 0
+class _Entry(NamedTuple):
+    seq: int
+    ts: float
+    payloads: Sequence[bytes]
+    nbytes: int
+    added: float
 
 
 class SendHistory:
@@ -45,6 +43,9 @@ class SendHistory:
     def __init__(self, config: RepairConfig | None = None) -> None:
         self.config = config or RepairConfig()
         self._entries: list[_Entry] = []
+        #: entry seq -> [when a slice of it was last re-sent (PENDING: queued), lo, hi];
+        #: only frames that were repaired have one (add stays cheap)
+        self._resent: dict[int, list[float]] = {}
         self._starts: list[int] = []  # seq of each entry, for bisect
         self._head = 0  # entries before it are forgotten (compacted now and then)
         self.msgs = 0
@@ -66,18 +67,21 @@ class SendHistory:
     def add(self, seq: int, ts: float, payloads: Sequence[bytes], nbytes: int, *,
             now: float) -> None:
         """Remember a DATA frame sent at ``now`` (``nbytes``: its payload bytes)."""
-        if self._head == len(self._entries):  # empty: a gap in seqs starts afresh
-            self._entries.clear()
+        entries = self._entries
+        if self._head == len(entries):  # empty: a gap in seqs starts afresh
+            entries.clear()
             self._starts.clear()
+            self._resent.clear()
             self._head = 0
-        self._entries.append(_Entry(seq, ts, payloads, nbytes, now))
+        entries.append(_Entry(seq, ts, payloads, nbytes, now))
         self._starts.append(seq)
-        self.msgs += len(payloads)
+        n = len(payloads)
+        self.msgs += n
         self.nbytes += nbytes
-        self.next_seq = seq + len(payloads)
+        self.next_seq = seq + n
         cfg = self.config
         if (self.msgs > cfg.history_msgs or self.nbytes > cfg.history_bytes
-                or self._entries[self._head].added < now - cfg.history_age_s):
+                or entries[self._head].added < now - cfg.history_age_s):
             self.trim(now)
 
     def trim(self, now: float) -> None:
@@ -98,6 +102,8 @@ class SendHistory:
             del entries[:head]
             del self._starts[:head]
             head = 0
+            oldest = self.oldest_seq if entries else self.next_seq
+            self._resent = {k: v for k, v in self._resent.items() if k >= oldest}
         self._head = head
 
     def lookup(self, ranges: Sequence[Range], *, now: float) -> tuple[list[Slice], list[Range]]:
@@ -133,10 +139,12 @@ class SendHistory:
                     break
                 s_lo, s_hi = max(lo, e.seq), min(hi, e_end)
                 if s_lo < s_hi:
-                    if now - e.last_t < window and e.last_lo <= s_lo and s_hi <= e.last_hi:
+                    last = self._resent.get(e.seq)
+                    if last is not None and now - last[0] < window and last[1] <= s_lo \
+                            and s_hi <= last[2]:
                         self.resend_suppressed += s_hi - s_lo
                     else:
-                        e.last_t, e.last_lo, e.last_hi = PENDING, s_lo, s_hi
+                        self._resent[e.seq] = [PENDING, s_lo, s_hi]
                         out.append(Slice(s_lo, e.ts, e.payloads[s_lo - e.seq:s_hi - e.seq]))
                         self.resent_msgs += s_hi - s_lo
                 lo = max(lo, e_end)
@@ -146,8 +154,10 @@ class SendHistory:
     def mark_sent(self, seq: int, *, now: float) -> None:
         """The slice starting at ``seq`` was re-sent at ``now``: its window starts."""
         i = bisect.bisect_right(self._starts, seq) - 1
-        if i >= self._head and self._entries[i].last_t == PENDING:
-            self._entries[i].last_t = now
+        if i >= self._head:
+            last = self._resent.get(self._entries[i].seq)
+            if last is not None and last[0] == PENDING:
+                last[0] = now
 
     def snapshot(self) -> dict[str, Any]:
         return {"msgs": self.msgs, "bytes": self.nbytes, "oldest_seq": self.oldest_seq,

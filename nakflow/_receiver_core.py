@@ -15,12 +15,13 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ._auth import AuthError, FrameAuth, SharedKey, looks_sealed, origin, unseal
+from ._auth import FrameAuth, SharedKey
 from ._codec import Bye, Data, End, Frame, Gone, Hello, RData, Repair, decode, decode_data, encode
 from ._config import AckConfig, NakConfig, RepairConfig
-from ._errors import ConfigError, ProtocolError
+from ._errors import ConfigError
 from ._fill import Uniform
 from ._flow import is_other_modes_feedback, make_receiver_flow
+from ._inbound import InboundChecks
 from ._repair import RepairRequester
 from ._sender_core import remember
 from ._seqtrack import SequenceTracker
@@ -48,7 +49,7 @@ class Message(NamedTuple):
 Deliver = Callable[[tuple[Key, Message]], None]
 
 
-class ReceiverCore:
+class ReceiverCore(InboundChecks):
     """Receiver protocol state. ``on_data`` / ``on_overheard`` take raw frames;
     ``poll`` returns the feedback frames to send (sealed if keyed)."""
 
@@ -81,42 +82,16 @@ class ReceiverCore:
         self.ends: dict[Key, int] = {}
         self.ends_changed = 0
         self._hellos: dict[Key, None] = {}  # senders heard saying HELLO
-        self.frames_in = self.messages_in = self.malformed = self.foreign = 0
+        self.node_desc, self._log = f"receiver {receiver_id}", log
+        self._init_checks()
+        self.frames_in = self.messages_in = 0
         self.dropped = 0
         self.feedback_sent = self.feedback_bytes = 0
         self.saturated_polls = 0
         self.first_data_at: float | None = None
         self._dropped_seen = 0
-        self._warned: set[str] = set()
 
     # -- frames in -------------------------------------------------------------
-    def _open(self, buf: bytes, now: float, decoder: Callable[..., Any]) -> Any:
-        """Unseal, decode, check the stream and replays; None for a frame to drop."""
-        auth = self.mac
-        try:
-            body, counter = unseal(auth, buf)
-            got = decoder(body, self.max_frame_bytes)
-        except AuthError as exc:
-            self._warn("auth", f"frame refused: {exc} (counted in snapshot()['auth'])")
-            return None
-        except ProtocolError:
-            self.malformed += 1
-            if auth is None and looks_sealed(buf):
-                self._warn("auth", "frames are sealed with a shared key, but this receiver "
-                           "has none (shared_key=)")
-            return None
-        if type(got) is tuple:  # DATA from decode_data's fast path
-            stream, node = got[0], (got[1], got[2])
-        else:
-            stream, node = got.stream, None
-        if stream != self.stream:
-            self.foreign += 1
-            return None
-        if auth is not None and not auth.admit(node or origin(got), counter,
-                                               now=now + self.wall_offset):
-            return None
-        return got
-
     def on_data(self, buf: bytes, deliver: Deliver, *, now: float) -> list[bytes]:
         """A frame from the data channel: new messages go to ``deliver`` as
         ``(key, Message)``; returns frames to send at once (HELLO answers)."""
@@ -273,11 +248,6 @@ class ReceiverCore:
         a = self.flow.next_deadline()
         b = self.requester.next_deadline() if self.requester is not None else None
         return b if a is None else a if b is None else min(a, b)
-
-    def _warn(self, kind: str, what: str) -> None:
-        if kind not in self._warned:
-            self._warned.add(kind)
-            log.warning("stream %r (receiver %s): %s", self.stream, self.receiver_id, what)
 
     def snapshot(self) -> dict[str, Any]:
         """Accounting, feedback and policy figures, JSON-ready (see ``Receiver.snapshot``)."""

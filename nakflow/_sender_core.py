@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ._auth import AuthError, FrameAuth, SharedKey, looks_sealed, origin, unseal
+from ._auth import FrameAuth, SharedKey
 from ._codec import (
     T_DATA,
     T_RDATA,
@@ -29,9 +29,9 @@ from ._codec import (
     pack_frame,
 )
 from ._config import AckConfig, NakConfig, RepairConfig
-from ._errors import ProtocolError
 from ._flow import AckFlow, NakFlow, is_other_modes_feedback, make_sender_flow
 from ._history import SendHistory, Slice
+from ._inbound import InboundChecks
 from ._timeline import Timeline
 
 log = logging.getLogger("nakflow.sender")
@@ -52,7 +52,7 @@ def remember(peers: dict[Any, None], key: Any, cap: int = MAX_PEERS) -> None:
         del peers[next(iter(peers))]
 
 
-class SenderCore:
+class SenderCore(InboundChecks):
     """Sender protocol state. Every frame it returns is ready to go (sealed if keyed)."""
 
     def __init__(self, *, mode: str, stream: str, sender_id: str, epoch: int,
@@ -81,9 +81,10 @@ class SenderCore:
         self.said_hello = False
         self._rtt_of: dict[str, float] = {}  # receiver -> latest RTT sample, oldest first
         self.rtt_s: float | None = None
-        self.feedback_frames = self.feedback_bytes = self.malformed = self.foreign = 0
+        self.node_desc, self._log = f"sender {sender_id}", log
+        self._init_checks()
+        self.feedback_frames = self.feedback_bytes = 0
         self.repair_requests = 0
-        self._warned: set[str] = set()
         self.timeline = Timeline(("sent", "rate_limit", "credit", "blocked_s"),
                                  interval_s=timeline_interval_s)
 
@@ -156,25 +157,9 @@ class SenderCore:
     def on_feedback(self, buf: bytes, *, now: float) -> None:
         """A frame from the feedback channel; bad ones are counted and dropped."""
         self.feedback_bytes += len(buf)
-        auth = self.mac
-        try:
-            body, counter = unseal(auth, buf)
-            frame = decode(body, self.max_frame_bytes)
-        except AuthError as exc:
-            self._warn("auth", f"feedback refused: {exc} (counted in snapshot()['auth'])")
+        frame = self._open(buf, now, decode)
+        if frame is None:
             return
-        except ProtocolError:
-            if auth is None and looks_sealed(buf):
-                self._warn("auth", "feedback is sealed with a shared key, but this sender has "
-                           "none (shared_key=)")
-            self.malformed += 1
-            return
-        if frame.stream != self.stream:
-            self.foreign += 1
-            return
-        if auth is not None and not auth.admit(origin(frame), counter,
-                                               now=now + self.wall_offset):
-            return  # a replay, or too old: counted by auth
         self.feedback_frames += 1
         if isinstance(frame, Hello):
             if frame.role == "receiver":
@@ -227,12 +212,6 @@ class SenderCore:
         self._gone += [self._seal(encode(Gone(self.stream, self.sender_id, self.epoch, lo, hi,
                                               now + self.wall_offset)), now)
                        for lo, hi in gone]
-
-    def _warn(self, kind: str, what: str) -> None:
-        if kind not in self._warned:
-            self._warned.add(kind)
-            log.warning("stream %r: %s%s", self.stream, what,
-                        "; check every side's mode" if kind == "mode" else "")
 
     # -- metrics ---------------------------------------------------------------
     def sample(self, now: float, blocked_s: float) -> None:

@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 CORE = ["_auth", "_bucket", "_codec", "_config", "_credit", "_episodes", "_errors", "_fill",
-        "_gaps", "_history", "_repair", "_receiver_core", "_sender_core",
+        "_gaps", "_history", "_inbound", "_repair", "_receiver_core", "_sender_core",
         "_flow", "_rate", "_seqtrack", "_timeline"]
 FORBIDDEN = {"zmq", "pyspark", "threading", "socket", "time", "asyncio", "select",
              "random", "transports", "simulations", "spark_adapter"}

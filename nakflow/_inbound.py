@@ -1,0 +1,62 @@
+"""Checking an inbound frame, shared by both protocol cores: size, seal, codec, stream,
+replay. A frame that fails is counted (``malformed``, ``foreign``, or by the MAC) and
+dropped; the first problem of each kind is logged once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ._auth import AuthError, FrameAuth, looks_sealed, origin, unseal
+from ._errors import ProtocolError
+
+
+class InboundChecks:
+    """Mixin for SenderCore and ReceiverCore: ``_open(buf, now, decoder)``."""
+
+    stream: str
+    mac: FrameAuth | None
+    max_frame_bytes: int
+    wall_offset: float
+    node_desc: str  # "sender" or "receiver", for the log
+    _log: logging.Logger
+
+    def _init_checks(self) -> None:
+        self.malformed = 0
+        self.foreign = 0
+        self._warned: set[str] = set()
+
+    def _open(self, buf: bytes, now: float, decoder: Callable[..., Any]) -> Any:
+        """The decoded frame (DATA from ``decode_data``'s fast path as its tuple), or
+        None for a frame to drop."""
+        auth = self.mac
+        try:
+            body, counter = unseal(auth, buf)
+            got = decoder(body, self.max_frame_bytes)
+        except AuthError as exc:
+            self._warn("auth", f"frame refused: {exc} (counted in snapshot()['auth'])")
+            return None
+        except ProtocolError:
+            self.malformed += 1
+            if auth is None and looks_sealed(buf):
+                self._warn("auth", f"frames are sealed with a shared key, but this "
+                           f"{self.node_desc} has none (shared_key=)")
+            return None
+        if type(got) is tuple:  # DATA from decode_data's fast path
+            stream, node = got[0], (got[1], got[2])
+        else:
+            stream, node = got.stream, None
+        if stream != self.stream:
+            self.foreign += 1
+            return None
+        if auth is not None and not auth.admit(node or origin(got), counter,
+                                               now=now + self.wall_offset):
+            return None  # a replay, or too old: counted by the MAC
+        return got
+
+    def _warn(self, kind: str, what: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            self._log.warning("stream %r (%s): %s%s", self.stream, self.node_desc, what,
+                              "; check every side's mode" if kind == "mode" else "")
