@@ -4,7 +4,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint stress clean
 
 setup: $(VENV)/.installed
 
@@ -21,6 +21,13 @@ lint: setup
 
 test: lint
 	$(BIN)/pytest
+
+# Repeat one test to look for flakes: make stress TEST=tests/test_live.py N=20 [BURN=1]
+N ?= 20
+BURN ?= 0
+stress: setup
+	@test -n "$(TEST)" || { echo "usage: make stress TEST=<pytest node id> [N=20] [BURN=1]"; exit 2; }
+	$(BIN)/python scripts/stress.py -n $(N) $(if $(filter 1,$(BURN)),--burn) $(TEST)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -40,10 +40,10 @@ import numpy as np  # noqa: E402
 from nakflow._local import (  # noqa: E402
     LocalReceivers,
     ReceiverSpec,
-    format_table,
     nakflow_cmd,
     run_sender,
 )
+from nakflow.tables import format_table  # noqa: E402
 
 PEERS = [sys.executable, os.path.join(HERE, "peers.py")]
 SLOW_RATE = 20_000.0
@@ -403,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results[name] = WORKLOADS[name](max(2_000, int(COUNTS[name] * scale)))
         if name == "W2":
             results[name] += w2_multicast(max(2_000, int(COUNTS[name] * scale)))
-        print(format_table(results[name]), flush=True)
+        print(format_table(results[name], legend=False), flush=True)
         print(flush=True)
     log(f"done in {time.monotonic() - t0:.0f} s")
     if args.json:

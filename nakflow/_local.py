@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .tables import format_table
+
 
 @dataclass(frozen=True)
 class ReceiverSpec:
@@ -166,14 +168,9 @@ def summarize(run: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    if not rows:
-        return "(no rows)"
-    cols = list(rows[0])
-    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-    line = "  ".join(c.rjust(width[c]) for c in cols)
-    body = ["  ".join(str(r[c]).rjust(width[c]) for c in cols) for r in rows]
-    return "\n".join([line, "-" * len(line), *body])
+#: What the demo's columns mean in its setting.
+DEMO_NOTES = {"receiver": "slow consumes at --slow-rate; fast-1 and fast-2 as fast as they "
+                          "can; all share one sender"}
 
 
 def run_local_comparison(modes: Sequence[str], *, count: int = 100_000,
@@ -193,5 +190,5 @@ def run_local_comparison(modes: Sequence[str], *, count: int = 100_000,
             print(f"[demo] mode {mode}: done in {time.monotonic() - t0:.1f} s", file=sys.stderr,
                   flush=True)
     if progress:
-        print(format_table(rows))
+        print(format_table(rows, notes=DEMO_NOTES))
     return {"runs": runs, "table": rows}

@@ -221,16 +221,44 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows every option's default (unless it is None or off, or the help text
+    already says it), and leaves descriptions as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default is None or default is False or default == []
+                or default == argparse.SUPPRESS or not action.option_strings):
+            return text
+        if isinstance(default, float) and default.is_integer():
+            default = int(default)
+        shown = f"{default:,}" if isinstance(default, int) and not isinstance(default, bool) \
+            else default
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+
+DESCRIPTION = """\
+nakflow: 1:N messaging over ZeroMQ where fast senders never drown slow receivers.
+Receivers send a NAK only when their queue fills; senders adapt their rate to the
+strongest NAK they hear, without tracking who the receivers are.
+Run 'nakflow COMMAND --help' for a command's options."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nakflow", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="nakflow", description=DESCRIPTION,
+                                     formatter_class=HelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO on stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data", required=True, help="data endpoint URI(s), comma-separated")
         p.add_argument("--feedback", required=True, help="feedback endpoint URI(s)")
-        p.add_argument("--mode", choices=MODES, default="nak")
-        p.add_argument("--stream", default="default")
+        p.add_argument("--mode", choices=MODES, default="nak",
+                       help="flow control: nak (rate limit cut by receivers' NAKs), ack "
+                            "(credit from every receiver) or none")
+        p.add_argument("--stream", default="default",
+                       help="stream name; senders and receivers of one stream must agree")
         p.add_argument("--id", default=None, help="node id (default: random)")
         p.add_argument("--json", action="store_true", help="print one JSON object at the end")
         p.add_argument("--hwm", type=_positive(int), default=None, metavar="MSGS",
@@ -250,22 +278,28 @@ def build_parser() -> argparse.ArgumentParser:
     common(r)
     r.add_argument("--capacity", type=_positive(int), default=10_000, help="queue bound, msgs")
     r.add_argument("--overflow", choices=("drop-newest", "drop-oldest", "block"),
-                   default="drop-newest")
+                   default="drop-newest", help="what a full queue does with a new message")
     r.add_argument("--consume-rate", type=_positive(float), default=None,
                    metavar="MSGS_PER_S", help="consume no faster than this")
-    r.add_argument("--stall-at", type=_non_negative, default=0.0, metavar="S")
-    r.add_argument("--stall-for", type=_non_negative, default=0.0, metavar="S")
+    r.add_argument("--stall-at", type=_non_negative, default=0.0, metavar="S",
+                   help="the consumer stalls this long after the start ...")
+    r.add_argument("--stall-for", type=_non_negative, default=0.0, metavar="S",
+                   help="... for this long (0: never stalls)")
     r.add_argument("--senders", type=_positive(int), default=None, metavar="N",
                    help="exit after END from N senders, queue drained")
-    r.add_argument("--duration", type=_positive(float), default=None, metavar="S")
-    r.add_argument("--drop-duplicates", action="store_true")
-    r.add_argument("--overhear", default=None, help="other receivers' feedback URIs")
+    r.add_argument("--duration", type=_positive(float), default=None, metavar="S",
+                   help="stop after this long (default: until --senders ended, or SIGTERM)")
+    r.add_argument("--drop-duplicates", action="store_true",
+                   help="deliver a message seen before (a retried Spark task) only once")
+    r.add_argument("--overhear", default=None,
+                   help="other receivers' feedback URIs, to suppress NAKs and repair "
+                        "requests another receiver already sent")
     r.add_argument("--curve-authorized", default=None, metavar="DIR",
                    help="CURVE: directory of public keys allowed to connect")
     r.add_argument("--ack-max-share", type=float, default=1.0, metavar="FRACTION",
                    help="ack mode: most of the queue one sender is granted (0.5: senders "
                         "that start together never deadlock, but a lone sender's window "
-                        "is halved; default 1.0)")
+                        "is halved)")
     r.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
     # test hook: drop this fraction of DATA before accounting, as loss in flight would
     r.add_argument("--test-drop-data", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -273,10 +307,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("send", help="send a stream of fixed-size messages")
     common(s)
-    s.add_argument("--count", type=_positive(int), default=None)
-    s.add_argument("--size", type=_positive(int), default=100, metavar="BYTES")
-    s.add_argument("--duration", type=_positive(float), default=None, metavar="S")
-    s.add_argument("--max-rate", type=_positive(float), default=None, metavar="MSGS_PER_S")
+    s.add_argument("--count", type=_positive(int), default=None,
+                   help="messages to send (default: until --duration, or SIGTERM)")
+    s.add_argument("--size", type=_positive(int), default=100, metavar="BYTES",
+                   help="payload size of each message")
+    s.add_argument("--duration", type=_positive(float), default=None, metavar="S",
+                   help="send for this long")
+    s.add_argument("--max-rate", type=_positive(float), default=None, metavar="MSGS_PER_S",
+                   help="never faster than this, whatever the flow control allows "
+                        "(default: no cap)")
     s.add_argument("--batch", type=_positive(int), default=1, help="messages per DATA frame")
     s.add_argument("--history-msgs", type=_positive(int), default=None, metavar="N",
                    help="repair history bound, messages (default 100000)")
@@ -284,8 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="repair history bound, payload bytes (default 64 MiB)")
     s.add_argument("--history-age", dest="history_age_s", type=_positive(float), default=None,
                    metavar="S", help="repair history bound, age (default 5 s)")
-    s.add_argument("--wait-receivers", type=_positive(int), default=None, metavar="N")
-    s.add_argument("--wait-timeout", type=_positive(float), default=10.0, metavar="S")
+    s.add_argument("--wait-receivers", type=_positive(int), default=None, metavar="N",
+                   help="wait until N receivers answered HELLO before sending")
+    s.add_argument("--wait-timeout", type=_positive(float), default=10.0, metavar="S",
+                   help="... for at most this long")
     s.set_defaults(func=cmd_send)
 
     k = sub.add_parser("keygen", help="make a CURVE key pair (NAME.key, NAME.key_secret), "
@@ -297,11 +338,15 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=cmd_keygen)
 
     d = sub.add_parser("demo", help="three local receivers (one slow), one sender per mode")
-    d.add_argument("--modes", default=",".join(MODES))
-    d.add_argument("--count", type=_positive(int), default=100_000)
-    d.add_argument("--slow-rate", type=_positive(float), default=20_000.0)
-    d.add_argument("--capacity", type=_positive(int), default=5_000)
-    d.add_argument("--json", action="store_true")
+    d.add_argument("--modes", default=",".join(MODES),
+                   help="comma-separated modes to run, one after the other")
+    d.add_argument("--count", type=_positive(int), default=100_000,
+                   help="messages the sender sends in each mode")
+    d.add_argument("--slow-rate", type=_positive(float), default=20_000.0,
+                   metavar="MSGS_PER_S", help="the slow receiver's consumption rate")
+    d.add_argument("--capacity", type=_positive(int), default=5_000, metavar="MSGS",
+                   help="each receiver's queue bound")
+    d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=cmd_demo)
 
     for ep in entry_points(group="nakflow.commands"):
@@ -309,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
             ep.load()(sub)
         except Exception as exc:  # a broken plugin must not take the CLI down
             log.warning("nakflow command plugin %s failed to load: %s", ep.name, exc)
+    for p in sub.choices.values():  # plugins' commands too
+        p.formatter_class = HelpFormatter
     return parser
 
 

@@ -38,7 +38,9 @@ if [ "$have_pgm_lib" = 1 ]; then
   fi
 fi
 log "installing nakflow and its extras (pyspark is large: the first run takes a while) ..."
-pip install -e ".[spark,plot,dev]"
+# setuptools warns on every editable install about same-named folders in the working
+# directory; our packages are those folders, so the banner only adds noise
+PYTHONWARNINGS="ignore:Editable installation:UserWarning" pip install -e ".[spark,plot,dev]"
 "$VENV/bin/python" - <<'PY'
 import zmq
 print(f"[setup] pyzmq {zmq.pyzmq_version()} on libzmq {zmq.zmq_version()}, "

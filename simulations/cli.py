@@ -11,9 +11,20 @@ import time
 from typing import Any
 
 from nakflow import MODES, check_mode
-from nakflow._local import format_table
+from nakflow.tables import format_table
 
 from .scenarios import SCENARIOS, run_tasks, table_rows, tasks_for
+
+#: What the columns mean in a simulation (figures over all receivers, not one).
+SIM_NOTES = {
+    "goodput": "msgs/s delivered per receiver, mean over the receivers alive at the end",
+    "slowest": "the lowest goodput of a receiver alive at the end, msgs/s",
+    "send_rate": "msgs/s the sender(s) sent, summed",
+    "dropped": "messages dropped by full queues, summed over all receivers",
+    "lost": "messages sent to receivers after they died, summed (a dead receiver "
+            "cannot take them; the live ones are not held back)",
+    "queue_peak": "most messages waiting in any one receiver's queue",
+}
 
 
 def register(sub: Any) -> None:
@@ -23,8 +34,10 @@ def register(sub: Any) -> None:
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="override a parameter (repeatable); sweeps take sweep=v1,v2,...")
-    p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="comma-separated modes, each run on the same scenario")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed: the same seed gives the same run")
     p.add_argument("--out", default=None, metavar="DIR", help="write JSON, CSV and PNG plots")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--spark", nargs="?", const="local[*]", default=None, metavar="MASTER",
@@ -95,8 +108,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                           "results": [{k: v for k, v in r.items() if k != "trace"}
                                       for r in results]}, default=str))
     else:
-        print(f"scenario {args.scenario} (seed {args.seed}); goodput in msgs/s per receiver")
-        print(format_table(rows))
+        print(f"scenario {args.scenario} (seed {args.seed}), one row per mode"
+              f"{' and sweep point' if len({r['point'] for r in rows}) > 1 else ''}")
+        print(format_table(rows, notes=SIM_NOTES))
         if args.out:
             print(f"wrote {args.out}/")
     return 0

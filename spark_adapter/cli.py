@@ -8,7 +8,12 @@ import os
 from typing import Any
 
 from nakflow import MODES
-from nakflow._local import format_table
+from nakflow.tables import format_table
+
+#: What the eval's columns mean in its setting (rows are DataFrame rows, one message each).
+EVAL_NOTES = {"receiver": "slow consumes at --slow-rate; fast-1 as fast as it can; stalled "
+                          "stops for --stall-for s; every Spark task sends to all of them",
+              "complete": "Spark tasks (senders) whose END this receiver saw / tasks"}
 
 
 def _positive_int(text: str) -> int:
@@ -30,10 +35,12 @@ def register(sub: Any) -> None:
                    help="partitions = senders (default 4; with --input: as read)")
     p.add_argument("--row-bytes", type=int, default=60, help="filler bytes per generated row")
     p.add_argument("--input", default=None, metavar="PATH", help="parquet, csv or json to send")
-    p.add_argument("--format", default=None, choices=("parquet", "csv", "json"))
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--format", default=None, choices=("parquet", "csv", "json"),
+                   help="format of --input (default: from its file name)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="comma-separated modes, run one after the other on the same data")
     p.add_argument("--slow-rate", type=float, default=20_000.0, metavar="ROWS_PER_S",
-                   help="the slow receiver's consumption rate")
+                   help="the slow receiver's consumption rate, rows/s")
     p.add_argument("--capacity", type=_positive_int, default=5_000, help="queue bound, rows")
     p.add_argument("--stall-for", type=float, default=0.0, metavar="S",
                    help="add a receiver whose consumer stalls this long (0: none)")
@@ -49,7 +56,7 @@ def register(sub: Any) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluation import EvalConfig, parse_receivers, print_progress, run_eval
-    from .session import spark_session
+    from .session import JVM_LOG, spark_session
 
     cfg = EvalConfig(master=args.master, rows=args.rows, partitions=args.partitions,
                      row_bytes=args.row_bytes, input_path=args.input, input_format=args.format,
@@ -59,6 +66,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                      receivers=parse_receivers(args.receivers), batch_rows=args.batch_rows)
     print_progress(f"[eval] starting Spark ({cfg.master}) ...")
     spark = spark_session(cfg.master, "nakflow-eval")
+    if JVM_LOG:
+        print_progress(f"[eval] Spark's own log: {JVM_LOG['path']}")
     try:
         result = run_eval(spark, cfg, progress=print_progress)
     finally:
@@ -79,5 +88,5 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, default=str))
     else:
-        print(format_table(result["table"]))
+        print(format_table(result["table"], notes=EVAL_NOTES))
     return 0

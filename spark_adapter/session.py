@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from typing import Any
+
+#: Where the JVM's own output of this process's Spark goes (None: no JVM started here).
+JVM_LOG: dict[str, str] = {}
 
 
 def is_local_master(master: str) -> bool:
@@ -26,16 +30,38 @@ def spark_session(master: str = "local[*]", app: str = "nakflow",
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise ValueError(f"this needs PySpark (pip install 'nakflow[spark]'): {exc}") from exc
-    builder = SparkSession.builder.master(master).appName(app)
-    builder = builder.config("spark.ui.enabled", "false")
+    settings = {"spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false"}  # nakflow prints its own progress
     if is_local_master(master):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # executors inherit it
-        builder = (builder.config("spark.pyspark.python", sys.executable)
-                   .config("spark.driver.host", "127.0.0.1")
-                   .config("spark.driver.bindAddress", "127.0.0.1"))
-    for key, value in (conf or {}).items():
+        settings.update({"spark.pyspark.python": sys.executable,
+                         "spark.driver.host": "127.0.0.1",
+                         "spark.driver.bindAddress": "127.0.0.1"})
+    settings.update(conf or {})
+    _start_quiet_jvm(master, app, settings)
+    builder = SparkSession.builder.master(master).appName(app)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _start_quiet_jvm(master: str, app: str, settings: dict[str, str]) -> None:
+    """Start Spark's JVM with its console output (log4j's start-up lines, JVM warnings,
+    Hadoop's native-library warning) in a log file instead of the user's terminal.
+    Does nothing if this process started Spark's JVM before."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or SparkContext._active_spark_context is not None:
+        return  # this process's JVM is up already (a stopped session keeps it)
+    conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app)
+    for key, value in settings.items():
+        conf.set(key, value)
+    fd, path = tempfile.mkstemp(prefix="nakflow-spark-", suffix=".log")
+    with os.fdopen(fd, "wb") as log:  # the child keeps its own copy of the descriptor
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
+    JVM_LOG["path"] = path
+    SparkContext(conf=conf, gateway=gateway)

@@ -18,6 +18,7 @@ import pytest
 
 from nakflow import ConfigError
 from nakflow.receiver import Receiver
+from nakflow.tables import parse_table
 from spark_adapter import (
     TaskIdentity,
     WriterConfig,
@@ -318,10 +319,10 @@ def test_eval_command_end_to_end(tmp_path):
            "--stall-at", "0.5", "--out", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    lines = run.stdout.strip().splitlines()
-    header = lines[0].split()
-    assert header[:4] == ["mode", "receiver", "rows_per_s", "goodput"]
-    rows = [dict(zip(header, line.split(), strict=True)) for line in lines[2:]]
+    rows = parse_table(run.stdout)
+    assert list(rows[0])[:4] == ["mode", "receiver", "rows_per_s", "goodput"]
+    for column in rows[0]:  # the legend explains every column
+        assert f"\n  {column} " in run.stdout
     table = {(r["mode"], r["receiver"]): r for r in rows}
     assert set(table) == {(m, r) for m in ("nak", "ack", "none")
                           for r in ("slow", "fast-1", "stalled")}

@@ -74,6 +74,12 @@ class SocketOptions:
     multicast_rate_kbps: int = 1_000_000
     #: Multicast recovery interval (ZMQ_RECOVERY_IVL): how long data is kept for repair, ms.
     multicast_recovery_ms: int = 2_000
+    #: Kernel socket buffer of multicast (PGM) sockets, SO_RCVBUF via ZMQ_RCVBUF, bytes.
+    #: The kernel's default (about 208 KiB) holds only a few hundred small PGM packets: a
+    #: burst arriving while libzmq's I/O thread waits for a CPU overflows it, and PGM must
+    #: repair what the kernel dropped. The kernel caps this at ``net.core.rmem_max``;
+    #: 0 leaves the kernel's default.
+    multicast_buffer_bytes: int = 4 * 1024 * 1024
     #: Multicast hops (ZMQ_MULTICAST_HOPS); 1 keeps traffic on the local segment.
     multicast_hops: int = 1
     #: CURVE security (None: plain TCP/IPC).
@@ -126,6 +132,9 @@ def _apply(sock: zmq.Socket[bytes], opts: SocketOptions, multicast: bool, bind: 
         sock.setsockopt(zmq.RATE, opts.multicast_rate_kbps)
         sock.setsockopt(zmq.RECOVERY_IVL, opts.multicast_recovery_ms)
         sock.setsockopt(zmq.MULTICAST_HOPS, opts.multicast_hops)
+        if opts.multicast_buffer_bytes > 0:  # libzmq 4.3 hands ZMQ_SNDBUF to PGM as
+            sock.setsockopt(zmq.RCVBUF, opts.multicast_buffer_bytes)  # SO_RCVBUF too,
+            sock.setsockopt(zmq.SNDBUF, opts.multicast_buffer_bytes)  # so both alike
 
 
 def _attach(sock: zmq.Socket[bytes], uris: Sequence[str], bind: bool) -> list[str]:

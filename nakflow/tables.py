@@ -1,0 +1,86 @@
+"""The tables nakflow prints (demo, eval, simulate), with a legend under each.
+
+One glossary for every table, in the same words as README's "Reading the tables", so
+a column means the same thing wherever it appears. A table names its overrides where
+a column's meaning is particular to it (e.g. which receivers a run has).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Legend lines wrap at this width.
+WIDTH = 96
+
+COLUMNS: dict[str, str] = {
+    "mode": "flow control: nak (senders cut their rate on receivers' NAKs), ack (credit "
+            "from every receiver), none (no flow control)",
+    "receiver": "which receiver; slow consumes at a fixed rate, fast-N as fast as it can, "
+                "stalled stops consuming for a while",
+    "point": "the swept parameter's value for this row ('-': the scenario is no sweep)",
+    "rows_per_s": "the whole job: rows sent / job wall time (the same on every row of a "
+                  "mode)",
+    "send_rate": "messages per second the sender(s) sent",
+    "goodput": "messages per second this receiver delivered to its application",
+    "slowest": "the lowest goodput of any live receiver",
+    "delivered": "messages delivered to this receiver's application",
+    "missing": "messages sent but not delivered here (sent - delivered)",
+    "dropped": "messages this receiver's full queue dropped (repair may bring them back: "
+               "see repaired)",
+    "repaired": "messages delivered after a repair re-sent them from the sender's history",
+    "lost": "messages that never arrived (lost in flight) and were not repaired",
+    "dups": "messages that arrived more than once (e.g. a retried Spark task re-sent its "
+            "partition)",
+    "complete": "senders whose END this receiver saw / senders in the run",
+    "queue_peak": "most messages ever waiting in this receiver's queue (bound: its "
+                  "capacity)",
+    "blocked_s": "seconds the sender(s) waited for the rate limit or credit, summed",
+    "fb_frames": "feedback frames the sender(s) received (NAKs, credits, repair requests, "
+                 "HELLO answers), summed",
+    "fb_per_s": "feedback frames per second arriving at one sender",
+    "fb_per_s_at_sender": "feedback frames per second arriving at the sender",
+    "cuts": "times a NAK cut a sender's rate limit, summed",
+    "naks": "NAKs this receiver sent",
+    "credits": "credit frames this receiver sent (ack mode)",
+    "p99_ms": "99th percentile latency from send to delivery, ms",
+    "recovery_s": "seconds from the fault until the other receivers' goodput was back to "
+                  "90 % ('-': no fault, or never back)",
+    "wall_s": "seconds this run took to simulate",
+    "sent": "messages the sender(s) sent",
+}
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], *, legend: bool = True,
+                 notes: Mapping[str, str] | None = None) -> str:
+    """Rows as aligned columns; with ``legend``, one line per column under the table
+    (``notes`` override or add to the glossary for this table)."""
+    if not rows:
+        return "(no rows)"
+    cols = list(rows[0])
+    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    line = "  ".join(c.rjust(width[c]) for c in cols)
+    body = ["  ".join(str(r[c]).rjust(width[c]) for c in cols) for r in rows]
+    out = [line, "-" * len(line), *body]
+    if legend:
+        words = {**COLUMNS, **(notes or {})}
+        pad = max(len(c) for c in cols)
+        out += ["", "where:"]
+        for c in cols:
+            out += textwrap.wrap(words.get(c, ""), width=WIDTH,
+                                 initial_indent=f"  {c.ljust(pad)}  ",
+                                 subsequent_indent=" " * (pad + 4)) or [f"  {c}"]
+    return "\n".join(out)
+
+
+def parse_table(text: str) -> list[dict[str, str]]:
+    """The rows of a table printed by :func:`format_table` (the legend is skipped)."""
+    lines = text.strip().splitlines()
+    header = lines[0].split()
+    rows = []
+    for line in lines[2:]:
+        if not line.strip():
+            break
+        rows.append(dict(zip(header, line.split(), strict=True)))
+    return rows

@@ -1,0 +1,44 @@
+"""Every command's help explains every option and shows its default; the top-level
+help is plain text (no reStructuredText markup)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from nakflow.cli import build_parser
+
+PARSER = build_parser()
+COMMANDS = next(a for a in PARSER._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def test_all_commands_are_registered() -> None:  # the plugins' commands too
+    assert {"send", "receive", "keygen", "demo", "eval", "simulate"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_option_has_help_and_shows_its_default(name: str) -> None:
+    p = COMMANDS[name]
+    text = p.format_help()
+    for action in p._actions:
+        if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+            continue
+        label = "/".join(action.option_strings) or action.dest
+        assert action.help, f"nakflow {name} {label}: no help text"
+        if action.option_strings and not (action.default is None or action.default is False
+                                          or action.default in ([], argparse.SUPPRESS)):
+            helptext = p._get_formatter()._get_help_string(action)
+            assert "default" in helptext, f"nakflow {name} {label}: default not shown"
+    assert "``" not in text
+
+
+def test_top_level_help_is_plain_text() -> None:
+    out = subprocess.run([sys.executable, "-m", "nakflow.cli", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "``" not in out and ":class:" not in out
+    assert "nakflow COMMAND --help" in out
+    for name in ("send", "receive", "demo", "eval", "simulate"):
+        assert name in out
