@@ -68,7 +68,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], *, legend: bool = True,
         pad = max(len(c) for c in cols)
         out += ["", "where:"]
         for c in cols:
-            out += textwrap.wrap(words.get(c, ""), width=WIDTH,
+            out += textwrap.wrap(words.get(c, ""), width=WIDTH, break_on_hyphens=False,
                                  initial_indent=f"  {c.ljust(pad)}  ",
                                  subsequent_indent=" " * (pad + 4)) or [f"  {c}"]
     return "\n".join(out)

@@ -76,7 +76,8 @@ class _Progress:
     def done(self, result: dict[str, Any]) -> None:
         if self.tty:
             sys.stderr.write("\r" + " " * 90 + "\r")
-        print(f"[simulate] {result['scenario']} {result['point']} {result['mode']}: "
+        point = "" if result["point"] == "-" else f" {result['point']}"
+        print(f"[simulate] {result['scenario']}{point} {result['mode']}: "
               f"goodput {result['goodput']['overall']:.0f} msgs/s, dropped {result['dropped']}, "
               f"{result['wall_s']:.1f} s", file=sys.stderr, flush=True)
 

@@ -21,7 +21,8 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
     paths = []
     first = results[0]["point"]
     per_mode = [r for r in results if r["point"] == first]
-    fig, (ax_rate, ax_q) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    params = per_mode[0]["params"]
+    fig, (ax_rate, ax_q) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True)
     for r in per_mode:
         tr, c = r["trace"], COLORS.get(r["mode"])
         t = tr["t"]
@@ -30,18 +31,26 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
         if r["mode"] == "nak":
             ax_rate.plot(t, [v if v is not None else float("nan") for v in tr["rate_limit"]],
                          color="tab:green", lw=0.7, ls="--", label="nak rate limit")
+        roles = {rx["id"]: rx["role"] for rx in r["receivers"]}
         for j, (name, q) in enumerate(tr["queue"].items()):
             ax_q.plot(t, q, color=c, lw=0.8, ls=["-", ":", "-.", "--"][j % 4],
-                      label=f"{r['mode']} {name}")
-    cap = per_mode[0]["params"]["capacity_msgs"]
-    ax_q.axhline(cap, color="red", lw=0.6, ls=":", label="capacity")
-    ax_rate.set_ylabel("msgs/s")
+                      label=f"{r['mode']} {name} ({roles.get(name, '?')})")
+    cap = params["capacity_msgs"]
+    ax_q.axhline(cap, color="red", lw=0.6, ls=":", label="queue bound")
+    ax_q.set_ylim(0, cap * 1.15)
+    _mark_events(ax_rate, ax_q, params, {r["mode"] for r in per_mode})
+    ax_rate.set_ylabel("msgs/s (log scale)")
     ax_rate.set_yscale("log")
-    ax_rate.legend(fontsize=7, loc="upper right")
-    ax_rate.set_title(f"{scenario} {first}: send rate and rate limit")
+    ax_rate.set_title("the sender: send rate and NAK rate limit", fontsize=9)
+    ax_q.set_title("receivers' queues: one receiver of each role is drawn", fontsize=9)
     ax_q.set_ylabel("queue depth, msgs")
     ax_q.set_xlabel("time, s")
-    ax_q.legend(fontsize=6, loc="upper right", ncol=2)
+    for ax in (ax_rate, ax_q):  # legends beside the plots, where they cover nothing
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        ax.grid(alpha=0.3)
+    point = "" if first == "-" else f" at {first}"
+    fig.suptitle(f"simulation '{scenario}'{point}: {params['receivers']:,} receivers, "
+                 f"RTT {params['rtt_s'] * 1000:g} ms, queue bound {cap:,} msgs", fontsize=10)
     fig.tight_layout()
     paths.append(_save(fig, out, f"{scenario}-traces.png"))
 
@@ -68,6 +77,33 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
         fig.tight_layout()
         paths.append(_save(fig, out, f"{scenario}-sweep.png"))
     return paths
+
+
+def _mark_events(ax_rate: Any, ax_q: Any, p: dict[str, Any], modes: set[str]) -> None:
+    """Vertical markers for the scenario's events: a death (and ACK's eviction of the
+    dead receiver), pauses; labelled once, in the legend."""
+    end = p["duration_s"]
+    if p.get("dead"):
+        for ax in (ax_rate, ax_q):
+            ax.axvline(p["dead_at_s"], color="black", lw=0.9, ls="--",
+                       label=f"{p['dead']} receiver(s) die" if ax is ax_q else None)
+        evict = p["dead_at_s"] + p["receiver_timeout_s"]
+        if "ack" in modes and evict < end:
+            for ax in (ax_rate, ax_q):
+                ax.axvline(evict, color="tab:orange", lw=0.9, ls="-.",
+                           label="ack evicts the dead (receiver_timeout_s)"
+                           if ax is ax_q else None)
+    if p.get("paused") and p.get("pause_for_s", 0) > 0:
+        t, first = p["pause_at_s"], True
+        while t < end:
+            for ax in (ax_rate, ax_q):
+                ax.axvspan(t, t + p["pause_for_s"], color="grey", alpha=0.18, lw=0,
+                           label=f"{p['paused']} receiver(s) paused" if first and ax is ax_q
+                           else None)
+            first = False
+            if not p.get("pause_every_s"):
+                break
+            t += p["pause_every_s"]
 
 
 def _save(fig: Any, out: str, name: str) -> str:

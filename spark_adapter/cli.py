@@ -11,8 +11,9 @@ from nakflow import MODES
 from nakflow.tables import format_table
 
 #: What the eval's columns mean in its setting (rows are DataFrame rows, one message each).
-EVAL_NOTES = {"receiver": "slow consumes at --slow-rate; fast-1 as fast as it can; stalled "
-                          "stops for --stall-for s; every Spark task sends to all of them",
+EVAL_NOTES = {"receiver": "slow consumes at --slow-rate; fast-N as fast as it can; stalled "
+                          "(with --stall-for) stops for that long; every Spark task sends "
+                          "to all of them",
               "complete": "Spark tasks (senders) whose END this receiver saw / tasks"}
 
 

@@ -339,3 +339,25 @@ def test_eval_command_end_to_end(tmp_path):
     assert [{k: str(v) for k, v in r.items()} for r in saved["table"]] == rows  # same table
     for png in ("eval-timelines.png", "eval-summary.png"):
         assert (out / png).stat().st_size > 10_000
+
+
+def test_make_demo_output_is_only_nakflow_s(tmp_path):
+    """`make demo` as a new user sees it: nakflow's progress lines and its table, no
+    Spark/JVM log lines or console progress bars (they go to Spark's own log file)."""
+    pytest.importorskip("pyspark")
+    recipe = open(os.path.join(os.path.dirname(__file__), "..", "Makefile")).read()
+    assert "\t$(BIN)/nakflow eval\n" in recipe.split("\ndemo:")[1]  # what make demo runs
+    run = subprocess.run([sys.executable, "-m", "nakflow", "eval"], capture_output=True,
+                         text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    noise = ("WARN", "INFO", "log4j", "[Stage", "incubator", "NativeCodeLoader", "Exception",
+             "\r", "SLF4J", "Setting default log level")
+    for line in run.stderr.splitlines():
+        assert line.startswith("[eval] "), f"not nakflow's: {line!r}"
+    for word in noise:
+        assert word not in run.stdout + run.stderr.replace("[eval] Spark's own log", ""), word
+    rows = parse_table(run.stdout)
+    assert {r["mode"] for r in rows} == {"nak", "ack", "none"}
+    assert "where:" in run.stdout
+    log = next(line for line in run.stderr.splitlines() if "Spark's own log" in line)
+    assert "log4j" in open(log.split(": ", 1)[1]).read()  # the noise went there
