@@ -7,6 +7,7 @@ import decimal
 import itertools
 import json
 import os
+import pathlib
 import pickle
 import subprocess
 import sys
@@ -345,7 +346,7 @@ def test_make_demo_output_is_only_nakflow_s(tmp_path):
     """`make demo` as a new user sees it: nakflow's progress lines and its table, no
     Spark/JVM log lines or console progress bars (they go to Spark's own log file)."""
     pytest.importorskip("pyspark")
-    recipe = open(os.path.join(os.path.dirname(__file__), "..", "Makefile")).read()
+    recipe = (pathlib.Path(__file__).parent.parent / "Makefile").read_text()
     assert "\t$(BIN)/nakflow eval\n" in recipe.split("\ndemo:")[1]  # what make demo runs
     run = subprocess.run([sys.executable, "-m", "nakflow", "eval"], capture_output=True,
                          text=True, timeout=600, cwd=tmp_path)
@@ -360,4 +361,4 @@ def test_make_demo_output_is_only_nakflow_s(tmp_path):
     assert {r["mode"] for r in rows} == {"nak", "ack", "none"}
     assert "where:" in run.stdout
     log = next(line for line in run.stderr.splitlines() if "Spark's own log" in line)
-    assert "log4j" in open(log.split(": ", 1)[1]).read()  # the noise went there
+    assert "log4j" in pathlib.Path(log.split(": ", 1)[1]).read_text()  # the noise went there
