@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, ClassVar, TypeGuard
 
 from ._bucket import TokenBucket
-from ._codec import Credit, Frame, Nak
+from ._codec import Credit, Frame, Hello, Nak
 from ._config import AckConfig, NakConfig, check_mode
 from ._credit import CreditGranter, CreditLedger, SenderKey
 from ._fill import FillMonitor, Uniform
@@ -186,6 +186,9 @@ class AckFlow(SenderFlow):
         if (type(frame) is Credit and frame.stream == self.stream
                 and (frame.sender, frame.epoch) == self.key):
             self.ledger.on_credit(frame.receiver, frame.limit, now=now)
+        elif (type(frame) is Hello and frame.role == "receiver" and frame.mode == "ack"
+              and frame.stream == self.stream):
+            self.ledger.on_presence(frame.node, now=now)
 
     def on_receiver_bye(self, receiver: str) -> None:
         self.ledger.on_bye(receiver)

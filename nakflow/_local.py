@@ -37,6 +37,42 @@ class ReceiverSpec:
     drop_duplicates: bool = False
 
 
+class DeliveryLog:
+    """Which seqs of each (sender, epoch) the application took, kept apart from the
+    receiver's own accounting so that a check can compare the two (``nakflow receive
+    --deliveries FILE``, used by the chaos run). A bitmap per stream; seqs past
+    ``max_seq`` are only counted."""
+
+    def __init__(self, max_seq: int = 1 << 26) -> None:
+        self.max_seq = max_seq
+        self._bits: dict[tuple[str, int], bytearray] = {}
+        self._dups: dict[tuple[str, int], int] = {}
+        self.out_of_range = 0
+
+    def add(self, msgs: Sequence[Any]) -> None:
+        for m in msgs:
+            if not 0 <= m.seq < self.max_seq:
+                self.out_of_range += 1
+                continue
+            key = (m.sender, m.epoch)
+            bits = self._bits.get(key)
+            if bits is None:
+                bits = self._bits[key] = bytearray()
+            byte, bit = divmod(m.seq, 8)
+            if byte >= len(bits):
+                bits.extend(bytes(byte + 1 - len(bits) + 4096))
+            if bits[byte] >> bit & 1:
+                self._dups[key] = self._dups.get(key, 0) + 1
+            else:
+                bits[byte] |= 1 << bit
+
+    def report(self) -> dict[str, Any]:
+        streams = [{"sender": s, "epoch": e, "distinct": sum(b.bit_count() for b in bits),
+                    "duplicates": self._dups.get((s, e), 0)}
+                   for (s, e), bits in sorted(self._bits.items())]
+        return {"streams": streams, "out_of_range": self.out_of_range}
+
+
 def nakflow_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "nakflow", *args]
 

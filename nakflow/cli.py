@@ -148,6 +148,12 @@ def cmd_receive(args: argparse.Namespace) -> int:
     pace = TokenBucket(rate, burst_s=0.01) if rate else None
     chunk = 256 if rate is None else max(1, min(256, int(rate * 0.002)))
     stall_from = args.stall_at if args.stall_for else None
+    deliveries = None
+    if args.deliveries:
+        from ._local import DeliveryLog
+
+        deliveries = DeliveryLog()
+    take = rx.get_many if deliveries is None else _logged(rx.get_many, deliveries)
     try:
         while not stop.requested:
             now = time.monotonic()
@@ -165,16 +171,27 @@ def cmd_receive(args: argparse.Namespace) -> int:
                 if wait:
                     time.sleep(wait)
                     continue
-            rx.get_many(chunk, timeout=0.05)
+            take(chunk, timeout=0.05)
     finally:
         rx.close()
-    while rx.get_many(1 << 20, timeout=0):  # after close the queue is ours: count it drained
+    while take(1 << 20, timeout=0):  # after close the queue is ours: count it drained
         pass
+    if deliveries is not None:
+        with open(args.deliveries, "w") as f:
+            json.dump(deliveries.report(), f)
     snap = rx.snapshot()
     snap["consume_rate"] = rate
     snap["ends"] = len(rx.ends())
     emit(snap, args.json)
     return 0 if snap["error"] is None else 1
+
+
+def _logged(get_many: Any, log: Any) -> Any:
+    def take(n: int, timeout: float | None = None) -> list[Any]:
+        msgs = get_many(n, timeout=timeout)
+        log.add(msgs)
+        return list(msgs)
+    return take
 
 
 # -- send ----------------------------------------------------------------------------
@@ -301,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "that start together never deadlock, but a lone sender's window "
                         "is halved)")
     r.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
+    # check hook (chaos run): write which seqs of each stream were delivered, at exit
+    r.add_argument("--deliveries", default=None, help=argparse.SUPPRESS)
     # test hook: drop this fraction of DATA before accounting, as loss in flight would
     r.add_argument("--test-drop-data", type=float, default=0.0, help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_receive)

@@ -31,6 +31,8 @@ COLUMNS: dict[str, str] = {
                "see repaired)",
     "repaired": "messages delivered after a repair re-sent them from the sender's history",
     "lost": "messages that never arrived (lost in flight) and were not repaired",
+    "beyond_history": "lost or dropped, and no longer in the sender's history when the "
+                      "receiver asked for it (nak with repair)",
     "dups": "messages that arrived more than once (e.g. a retried Spark task re-sent its "
             "partition)",
     "complete": "senders whose END this receiver saw / senders in the run",

@@ -281,3 +281,30 @@ def test_made_up_peers_are_refused_past_the_cap_and_known_ones_keep_their_credit
     assert granter.senders == [("s1", 0), ("s2", 0)]
     assert granter.snapshot()["senders_refused"] == 2
     assert dict(granter.poll(now=0.0)) == {("s1", 0): 500, ("s2", 0): 500}
+
+
+def test_a_receiver_heard_but_not_yet_granting_holds_the_sender_back():
+    """A receiver whose HELLO was heard but whose first credit is late or lost joins with
+    nothing granted: the sender waits for it instead of sending on the others' credit
+    into its queue (the cause of ACK's drops in the chaos run with lossy feedback)."""
+    ledger = CreditLedger(AckConfig(receiver_timeout_s=1.0))
+    ledger.on_presence("slow", now=0.0)
+    ledger.on_credit("fast", 2_000, now=0.0)
+    assert ledger.sendable(now=0.01) == 0
+    ledger.on_credit("slow", 500, now=0.02)
+    assert ledger.sendable(now=0.03) == 500
+    ledger.on_presence("slow", now=0.04)  # a later HELLO changes nothing
+    assert ledger.sendable(now=0.05) == 500
+
+
+def test_a_heard_receiver_that_never_grants_is_evicted_and_does_not_rejoin_by_hello():
+    ledger = CreditLedger(AckConfig(receiver_timeout_s=1.0))
+    ledger.on_credit("a", 100, now=0.0)
+    ledger.on_presence("mute", now=0.0)
+    assert ledger.sendable(now=0.5) == 0
+    ledger.on_credit("a", 100, now=0.9)  # a stays alive
+    assert ledger.sendable(now=1.01) == 100  # mute evicted after receiver_timeout_s
+    ledger.on_presence("mute", now=1.1)  # its HELLOs do not stall the sender again
+    assert ledger.sendable(now=1.2) == 100
+    ledger.on_credit("mute", 50, now=1.3)  # a credit re-joins it
+    assert ledger.sendable(now=1.4) == 50
