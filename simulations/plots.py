@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 from nakflow._timeline import rate_series
 
 COLORS = {"nak": "tab:blue", "ack": "tab:orange", "none": "tab:gray"}
+SWEEP_LABELS = {"rtt_s": "round-trip time, s", "receivers": "receivers"}
 
 
 def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> list[str]:
@@ -56,24 +57,29 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
 
     if len({r["point"] for r in results}) > 1:
         param = first.split("=")[0]
-        fig, (ax_g, ax_f) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (ax_g, ax_d, ax_f) = plt.subplots(1, 3, figsize=(15, 4.4))
         for mode in dict.fromkeys(r["mode"] for r in results):
             rs = [r for r in results if r["mode"] == mode]
             xs = [float(r["point"].split("=")[1]) for r in rs]
-            ax_g.plot(xs, [r["goodput"]["overall"] for r in rs], "o-",
-                      color=COLORS.get(mode), label=mode)
-            ax_f.plot(xs, [r["feedback_per_s_at_sender"] for r in rs], "o-",
-                      color=COLORS.get(mode), label=mode)
+            kw = {"color": COLORS.get(mode), "label": mode}
+            ax_g.plot(xs, [r["goodput"]["overall"] for r in rs], "o-", **kw)
+            ax_d.plot(xs, [r["dropped"] for r in rs], "o-", **kw)
+            ax_f.plot(xs, [r["feedback_per_s_at_sender"] for r in rs], "o-", **kw)
         for ax, ylabel in ((ax_g, "goodput per receiver, msgs/s"),
+                           (ax_d, "messages dropped by full queues, all receivers"),
                            (ax_f, "feedback frames/s at the sender")):
             ax.set_xscale("log")
-            ax.set_xlabel(param)
+            ax.set_xlabel(SWEEP_LABELS.get(param, param))
             ax.set_ylabel(ylabel)
-            ax.legend()
+            ax.legend(title="mode", fontsize=8, title_fontsize=8)
             ax.grid(alpha=0.3)
-        ax_f.set_yscale("symlog", linthresh=1)
-        ax_f.set_ylim(bottom=0)
-        fig.suptitle(f"{scenario}: goodput and feedback against {param}")
+        for ax in (ax_d, ax_f):
+            ax.set_yscale("symlog", linthresh=1)
+            ax.set_ylim(bottom=0)
+        fig.suptitle(f"simulation '{scenario}': {params['receivers']:,} receivers, queue bound "
+                     f"{cap:,} msgs; this model has no repair (with repair, live and in "
+                     "simulations/cores.py, NAK's drops are re-sent from the history)",
+                     fontsize=9)
         fig.tight_layout()
         paths.append(_save(fig, out, f"{scenario}-sweep.png"))
     return paths
