@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nakflow import (
-    Data,
     ConfigError,
+    Data,
     Gone,
     Hello,
     ProtocolError,
@@ -30,7 +30,7 @@ from nakflow import (
     decode,
     encode,
 )
-from nakflow._codec import decode, decode_data
+from nakflow._codec import decode_data
 from nakflow._seqtrack import SequenceTracker
 from tests.fuzz import budget
 from tests.sansio import Link, run_link
