@@ -97,7 +97,6 @@ class VecFillMonitor:
             fill = self._ahead(real, now, run)
         if not self._any_held and fill.max(initial=0.0) < self.levels_desc[-1]:
             if self._any_last:  # everyone below every level: the scalar clears last_level
-                run = True if active is None else active
                 self.last_level = np.where(run, 0, self.last_level)
                 self._any_last = bool(self.last_level.any())
             return self._zeros
