@@ -31,7 +31,9 @@ ROLES = ("sender", "receiver")
 
 @dataclass(frozen=True, slots=True)
 class Data:
-    """One or more payloads from a sender; ``seq`` numbers the first."""
+    """One or more payloads from a sender; ``seq`` numbers the first. ``grtt_us`` is the
+    sender's group round-trip time, µs (0: not measured yet), advertised in every DATA
+    frame as NORM does, so receivers can scale their feedback timing to it."""
 
     stream: str
     sender: str
@@ -39,6 +41,7 @@ class Data:
     seq: int
     ts: float
     payloads: tuple[bytes, ...]
+    grtt_us: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +107,8 @@ class End:
 
 @dataclass(frozen=True, slots=True)
 class RData:
-    """A repair: payloads re-sent from the sender's history (PGM's RDATA), laid out as DATA.
+    """A repair: payloads re-sent from the sender's history (PGM's RDATA), laid out as DATA
+    without the RTT.
     Receivers take from it only the seqs they are missing; the rest is not a duplicate."""
 
     stream: str
@@ -155,7 +159,9 @@ pack_frame = _packb
 def encode(frame: Frame) -> bytes:
     """Serialise a frame."""
     fields = list(astuple(frame))
-    if isinstance(frame, (Data, RData)):
+    if isinstance(frame, Data):
+        fields[-2] = list(frame.payloads)
+    elif isinstance(frame, RData):
         fields[-1] = list(frame.payloads)
     elif isinstance(frame, Repair):
         fields[-2] = [list(r) for r in frame.ranges]
@@ -164,9 +170,9 @@ def encode(frame: Frame) -> bytes:
 
 
 def encode_data(stream: str, sender: str, epoch: int, seq: int, ts: float,
-                payloads: Sequence[bytes]) -> bytes:
+                payloads: Sequence[bytes], grtt_us: int = 0) -> bytes:
     """Serialise a DATA frame without building a Data object (the send hot path)."""
-    out: bytes = _packb([VERSION, T_DATA, stream, sender, epoch, seq, ts, payloads])
+    out: bytes = _packb([VERSION, T_DATA, stream, sender, epoch, seq, ts, payloads, grtt_us])
     return out
 
 
@@ -242,7 +248,7 @@ def _ranges(v: Any) -> tuple[tuple[int, int], ...]:
 
 _Validator = Callable[[Any], Any]
 _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
-    T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads)),
+    T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads, _uint)),
     T_NAK: (Nak, (_name, _name, _level, _fill, _ts)),
     T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
     T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts)),
@@ -281,13 +287,13 @@ def decode(buf: bytes | bytearray | memoryview,
     return frame
 
 
-DataFields = tuple[str, str, int, int, float, list[bytes]]
+DataFields = tuple[str, str, int, int, float, list[bytes], int]
 
 
 def decode_data(buf: bytes | bytearray | memoryview,
                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> DataFields | Frame:
     """Like ``decode``, but a DATA frame comes back as a plain tuple
-    ``(stream, sender, epoch, seq, ts, payloads)`` (the receive hot path: no frame
+    ``(stream, sender, epoch, seq, ts, payloads, grtt_us)`` (the receive hot path: no frame
     object, checks inline). Any other frame is returned as ``decode`` returns it;
     malformed input raises ProtocolError exactly as there.
     """
@@ -297,15 +303,16 @@ def decode_data(buf: bytes | bytearray | memoryview,
         obj = msgpack.unpackb(buf, raw=False, use_list=True, strict_map_key=True)
     except Exception:
         return decode(buf, max_frame_bytes)  # raises the usual ProtocolError
-    if (type(obj) is list and len(obj) == 8 and obj[1] == T_DATA and type(obj[1]) is int
+    if (type(obj) is list and len(obj) == 9 and obj[1] == T_DATA and type(obj[1]) is int
             and obj[0] == VERSION and type(obj[0]) is int):
-        _, _, stream, sender, epoch, seq, ts, payloads = obj
+        _, _, stream, sender, epoch, seq, ts, payloads, grtt_us = obj
         if (type(stream) is str and 0 < len(stream) <= MAX_NAME_CHARS
                 and type(sender) is str and 0 < len(sender) <= MAX_NAME_CHARS
                 and type(epoch) is int and 0 <= epoch <= MAX_SEQ
                 and type(seq) is int and 0 <= seq <= MAX_SEQ
                 and type(ts) is float and math.isfinite(ts)
                 and type(payloads) is list and 0 < len(payloads) <= MAX_BATCH
-                and all(type(p) is bytes for p in payloads)):
-            return stream, sender, epoch, seq, ts, payloads
+                and all(type(p) is bytes for p in payloads)
+                and type(grtt_us) is int and 0 <= grtt_us <= MAX_SEQ):
+            return stream, sender, epoch, seq, ts, payloads, grtt_us
     return decode(buf, max_frame_bytes)  # anything else, or a DATA frame that is not valid

@@ -12,6 +12,9 @@ from ._errors import ConfigError
 #: most draw late and hear them (good for N up to about e**10).
 BACKOFF_LAMBDA = 10.0
 _BACKOFF_SPAN = math.expm1(BACKOFF_LAMBDA)
+#: The RTT-scaled hold-off stays below this many windows (a NAK due must still be sent
+#: before the level is due again).
+MAX_BACKOFF_WINDOWS = 0.9
 
 
 class Uniform(Protocol):
@@ -43,6 +46,12 @@ class FillMonitor:
       receivers overload together a few speak and the rest overhear them
       (SRM-style timers, Nonnenmacher & Biersack). Feedback volume then stays
       roughly flat as receivers are added. ``next_deadline`` reports the timer.
+    * RTT (``set_rtt``, the group RTT senders advertise in DATA): a NAK acts one RTT
+      after the fill that caused it, so the monitor decides on the fill it expects one
+      ``predict_rtts`` x RTT ahead (fill + its growth rate, smoothed over ``window_s``,
+      x that time; never the top level, which stays for a queue really full), and the
+      hold-off stretches to ``backoff_rtts`` x RTT (NORM scales its timers by GRTT),
+      short of ``window_s``.
     """
 
     def __init__(self, capacity_msgs: int, config: NakConfig | None = None, *,
@@ -62,6 +71,20 @@ class FillMonitor:
         self._rng = rng if cfg.backoff_s > 0 else None
         self._pending_at: float | None = None
         self._pending_level = 0
+        self.rtt_s = 0.0
+        self._backoff_s = cfg.backoff_s
+        self._slope = 0.0  # fill growth, percent per s, smoothed
+        self._prev: tuple[float, float] | None = None  # (now, fill) of the last update
+        self.predicted = 0  # NAKs whose level only the prediction reached
+
+    def set_rtt(self, rtt_s: float) -> None:
+        """The group RTT is ``rtt_s`` (0: unknown): predict fill that far ahead, and
+        stretch the hold-off with it."""
+        cfg = self.config
+        self.rtt_s = max(0.0, rtt_s)
+        self._backoff_s = (min(max(cfg.backoff_s, cfg.backoff_rtts * self.rtt_s),
+                               MAX_BACKOFF_WINDOWS * cfg.window_s)
+                           if cfg.backoff_s > 0 else 0.0)
 
     @property
     def held_level(self) -> int | None:
@@ -73,7 +96,12 @@ class FillMonitor:
 
     def update(self, depth: int, *, now: float) -> int | None:
         """Queue holds ``depth`` messages at ``now``: return the NAK level to send, or None."""
-        held = self._held_at(self.fill_pct(depth))
+        fill = self.fill_pct(depth)
+        ahead = fill
+        if self.config.predict_rtts > 0:
+            ahead = self._ahead(fill, now)
+        unpredicted = self._held_at(fill) if ahead != fill else None
+        held = self._held_at(ahead)
         self._held = held
         if held is None:
             self._last_level = None
@@ -84,7 +112,7 @@ class FillMonitor:
             return None
         if self._rng is not None:
             if self._pending_at is None or held > self._pending_level:
-                self._pending_at = now + backoff_delay(self._rng.random(), self.config.backoff_s)
+                self._pending_at = now + backoff_delay(self._rng.random(), self._backoff_s)
                 self._pending_level = held
             if now < self._pending_at:
                 return None
@@ -95,6 +123,8 @@ class FillMonitor:
             self.suppressed += 1
             return None
         self.naks_sent[held] = self.naks_sent.get(held, 0) + 1
+        if ahead != fill and held > (unpredicted or 0):
+            self.predicted += 1  # only the prediction reached this level
         return held
 
     def on_heard(self, level: int, *, now: float) -> None:
@@ -111,6 +141,21 @@ class FillMonitor:
             return self._pending_at
         return self._last_t + self.config.window_s
 
+    def _ahead(self, fill: float, now: float) -> float:
+        """The fill expected ``predict_rtts`` RTTs from now, below the top level."""
+        prev = self._prev
+        self._prev = (now, fill)
+        if prev is None or now <= prev[0]:
+            return fill
+        dt = now - prev[0]
+        a = -math.expm1(-dt / self.config.window_s)
+        self._slope += a * ((fill - prev[1]) / dt - self._slope)
+        if self.rtt_s <= 0 or self._slope <= 0:
+            return fill
+        top = self._levels_desc[0]
+        return max(fill, min(fill + self._slope * self.config.predict_rtts * self.rtt_s,
+                             top - 1e-9))
+
     def _held_at(self, fill: float) -> int | None:
         held = self._held
         hyst = self.config.hysteresis_pct
@@ -126,4 +171,6 @@ class FillMonitor:
             "held_level": self._held,
             "naks_sent": {str(k): v for k, v in sorted(self.naks_sent.items())},
             "naks_suppressed": self.suppressed,
+            "naks_predicted": self.predicted,
+            "grtt_ms": round(self.rtt_s * 1000, 3),
         }

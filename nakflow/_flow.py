@@ -255,6 +255,9 @@ class ReceiverFlow(ABC):
     def on_overheard(self, frame: Frame, *, now: float) -> None:  # noqa: B027
         """Another receiver's feedback frame was heard at ``now``."""
 
+    def set_rtt(self, rtt_s: float) -> None:  # noqa: B027
+        """The senders advertise a group RTT of ``rtt_s``."""
+
     @abstractmethod
     def poll(self, depth: int, *, now: float) -> list[Frame]:
         """The queue holds ``depth`` messages at ``now``: feedback frames to send."""
@@ -291,6 +294,9 @@ class NakFeedback(ReceiverFlow):
     def on_overheard(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Nak and frame.stream == self.stream and frame.receiver != self.receiver:
             self.monitor.on_heard(frame.level, now=now)
+
+    def set_rtt(self, rtt_s: float) -> None:
+        self.monitor.set_rtt(rtt_s)
 
     def poll(self, depth: int, *, now: float) -> list[Frame]:
         level = self.monitor.update(depth, now=now)

@@ -31,6 +31,11 @@ log = logging.getLogger("nakflow.receiver")
 #: Socket backlog is part of the inbound queue but ZeroMQ cannot report its size. When
 #: every read finds a full chunk waiting, the I/O thread is behind; after being behind for
 #: these multiples of the NAK window, the queue counts as 50/75/87/100 % full.
+#: An advertised group RTT is followed down only after this long, s (up at once).
+GRTT_HOLD_S = 5.0
+#: RTTs above this are taken as this (a forged or absurd advertisement), s.
+MAX_GRTT_S = 2.0
+
 SATURATION_FILL = ((4.0, 1.0), (2.0, 0.87), (1.0, 0.75), (0.2, 0.5))
 
 Key = tuple[str, int]
@@ -61,6 +66,7 @@ class ReceiverCore(InboundChecks):
                  wall_offset: float = 0.0, test_data_loss: float = 0.0) -> None:
         self.mode, self.stream, self.receiver_id = mode, stream, receiver_id
         self.capacity_msgs = capacity_msgs
+        self.grtt_s, self._grtt_t = 0.0, -math.inf  # the senders' advertised group RTT
         self.flow = make_receiver_flow(mode, stream=stream, receiver=receiver_id,
                                        capacity_msgs=capacity_msgs, nak=nak, ack=ack, rng=rng)
         rcfg = repair or RepairConfig()
@@ -105,11 +111,15 @@ class ReceiverCore(InboundChecks):
                 self.test_dropped += 1
                 return []
         if type(got) is tuple:  # DATA, the hot path
-            _, sender, epoch, seq, ts, payloads = got
+            _, sender, epoch, seq, ts, payloads, grtt_us = got
+            if grtt_us:
+                self._on_grtt(grtt_us, now)
             self._data(sender, epoch, seq, ts, payloads, deliver, now)
             return []
         frame: Frame = got
         if isinstance(frame, Data):  # DATA that the hot path left to the full decoder
+            if frame.grtt_us:
+                self._on_grtt(frame.grtt_us, now)
             self._data(frame.sender, frame.epoch, frame.seq, frame.ts,
                        frame.payloads, deliver, now)
         elif isinstance(frame, RData):
@@ -127,6 +137,15 @@ class ReceiverCore(InboundChecks):
         else:
             self.foreign += 1  # feedback-type frames do not belong on the data channel
         return []
+
+    def _on_grtt(self, grtt_us: int, now: float) -> None:
+        """A sender advertised its group RTT: the receiver times its feedback by the
+        largest one advertised within GRTT_HOLD_S (several senders: the farthest)."""
+        rtt = grtt_us / 1e6
+        if rtt >= self.grtt_s or now - self._grtt_t >= GRTT_HOLD_S:
+            if rtt != self.grtt_s:
+                self.flow.set_rtt(min(rtt, MAX_GRTT_S))
+            self.grtt_s, self._grtt_t = rtt, now
 
     def _data(self, sender: str, epoch: int, seq: int, ts: float,
               payloads: Any, deliver: Deliver, now: float) -> None:

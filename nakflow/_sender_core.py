@@ -81,6 +81,7 @@ class SenderCore(InboundChecks):
         self.said_hello = False
         self._rtt_of: dict[str, float] = {}  # receiver -> latest RTT sample, oldest first
         self.rtt_s: float | None = None
+        self.grtt_us = 0  # rtt_s in µs, as DATA frames advertise it (0: not measured)
         self.node_desc, self._log = f"sender {sender_id}", log
         self._init_checks()
         self.feedback_frames = self.feedback_bytes = 0
@@ -99,7 +100,7 @@ class SenderCore(InboundChecks):
         """
         seq, ts = self.seq, now + self.wall_offset
         buf = pack_frame([VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq, ts,
-                          payloads])
+                          payloads, self.grtt_us])
         size = len(buf)
         if size > self.max_frame_bytes:
             raise ValueError(f"message of {size} bytes exceeds max_frame_bytes")
@@ -194,6 +195,7 @@ class SenderCore(InboundChecks):
         if len(rtts) > RTT_PEERS:
             del rtts[next(iter(rtts))]
         self.rtt_s = max(rtts.values())
+        self.grtt_us = round(self.rtt_s * 1e6)
         if isinstance(self.flow, NakFlow):
             self.flow.controller.set_rtt(self.rtt_s)
 

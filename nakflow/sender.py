@@ -147,7 +147,7 @@ class Sender:
         if self._allow and now < self._allow_until and core.history is None and core.mac is None:
             seq = core.seq  # the hot path: permission in hand, nothing to remember or seal
             buf = pack_frame([VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq,
-                              now + self._wall_offset, [payload]])
+                              now + self._wall_offset, [payload], core.grtt_us])
             size = len(buf)
             if size > self.max_frame_bytes:
                 raise ValueError(f"message of {size} bytes exceeds max_frame_bytes")

@@ -193,6 +193,8 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
     qpeak = np.zeros(N, np.int64)
     carry = np.zeros(N)
     fill = VecFillMonitor(cap, p.nak, rng=rng) if mode == "nak" else None
+    if fill is not None:  # the group RTT the senders advertise in DATA
+        fill.set_rtt(float(rtt.max()))
     granter = VecCreditGranter(S, cap, ack_cfg) if mode == "ack" else None
     if granter is not None:  # receivers learn of the senders from their HELLO
         granter.on_sender(np.ones((S, N), np.bool_), np.zeros((S, N), np.int64), 0.0)
@@ -409,6 +411,7 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
         "naks_at_sender": {str(k): v for k, v in naks_at_sender.items()},
         "credits_at_sender": credits_at_sender,
         "naks_suppressed": 0 if fill is None else fill.suppressed,
+        "naks_predicted": 0 if fill is None else fill.predicted,
         "source_backlog_peak": backlog_peak,
         "recovery_s": _recovery(tr, fault_t, p),
         "fault_t": fault_t,

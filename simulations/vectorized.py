@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from nakflow import AckConfig, NakConfig
 from nakflow._credit import WAITING_FRESH_S
-from nakflow._fill import BACKOFF_LAMBDA
+from nakflow._fill import BACKOFF_LAMBDA, MAX_BACKOFF_WINDOWS
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -48,6 +48,39 @@ class VecFillMonitor:
         self.pending_at = np.full(n, np.inf)
         self.pending_level = np.zeros(n, np.int64)
         self._zeros.setflags(write=False)  # returned when nobody speaks: read-only
+        self.rtt_s = 0.0
+        self._backoff_s = cfg.backoff_s
+        self.slope = np.zeros(n)  # fill growth, percent per s, smoothed
+        self.prev_t = np.full(n, np.nan)
+        self.prev_fill = np.zeros(n)
+        self.predicted = 0
+
+    def set_rtt(self, rtt_s: float) -> None:
+        """As ``FillMonitor.set_rtt``, for every receiver."""
+        cfg = self.config
+        self.rtt_s = max(0.0, rtt_s)
+        self._backoff_s = (min(max(cfg.backoff_s, cfg.backoff_rtts * self.rtt_s),
+                               MAX_BACKOFF_WINDOWS * cfg.window_s)
+                           if cfg.backoff_s > 0 else 0.0)
+
+    def _ahead(self, fill: FloatArray, now: float, run: BoolArray) -> FloatArray:
+        """As ``FillMonitor._ahead``: the fill expected predict_rtts RTTs ahead."""
+        cfg = self.config
+        had = run & ~np.isnan(self.prev_t) & (now > self.prev_t)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            dt = now - self.prev_t
+            a = -np.expm1(-dt / cfg.window_s)
+            new = self.slope + a * ((fill - self.prev_fill) / dt - self.slope)
+        self.slope = np.where(had, new, self.slope)
+        self.prev_t = np.where(run, now, self.prev_t)
+        self.prev_fill = np.where(run, fill, self.prev_fill)
+        if self.rtt_s <= 0:
+            return fill
+        top = self.levels_desc[0]
+        ahead = np.maximum(fill, np.minimum(fill + self.slope * cfg.predict_rtts * self.rtt_s,
+                                            top - 1e-9))
+        out: FloatArray = np.where(had & (self.slope > 0), ahead, fill)
+        return out
 
     def update(self, depth: npt.ArrayLike, now: float,
                active: BoolArray | None = None) -> IntArray:
@@ -58,17 +91,22 @@ class VecFillMonitor:
         fill = 100.0 * np.asarray(depth, dtype=np.float64) / self.capacity
         hyst = self.config.hysteresis_pct
         old = self.held
+        run = np.ones_like(old, np.bool_) if active is None else active
+        real = fill
+        if self.config.predict_rtts > 0:
+            fill = self._ahead(real, now, run)
         if not self._any_held and fill.max(initial=0.0) < self.levels_desc[-1]:
             if self._any_last:  # everyone below every level: the scalar clears last_level
-                run = True if active is None else active
                 self.last_level = np.where(run, 0, self.last_level)
                 self._any_last = bool(self.last_level.any())
             return self._zeros
         held = np.zeros_like(old)
+        unpredicted = np.zeros_like(old)
         for lv in self.levels_desc:
             hit = (fill >= lv) | ((old >= lv) & (fill >= lv - hyst))
             held = np.where((held == 0) & hit, lv, held)
-        run = np.ones_like(old, np.bool_) if active is None else active
+            hit = (real >= lv) | ((old >= lv) & (real >= lv - hyst))
+            unpredicted = np.where((unpredicted == 0) & hit, lv, unpredicted)
         held = np.where(run, held, old)
         self.held = held
         self._any_held = bool(held.any())
@@ -81,8 +119,7 @@ class VecFillMonitor:
             start = fresh & (np.isinf(self.pending_at) | (held > self.pending_level))
             if start.any():
                 u = self._rng.random(int(start.sum()))
-                cfg = self.config
-                delay = cfg.backoff_s / BACKOFF_LAMBDA * np.log1p(u * math.expm1(BACKOFF_LAMBDA))
+                delay = self._backoff_s / BACKOFF_LAMBDA * np.log1p(u * math.expm1(BACKOFF_LAMBDA))
                 self.pending_at[start] = now + delay
                 self.pending_level[start] = held[start]
             fresh = fresh & (now >= self.pending_at)
@@ -95,6 +132,7 @@ class VecFillMonitor:
         supp = fresh & (self.heard_level >= held) & (now - self.heard_t < self.config.window_s)
         self.suppressed += int(supp.sum())
         out = np.where(fresh & ~supp, held, 0)
+        self.predicted += int(((out > 0) & (fill != real) & (out > unpredicted)).sum())
         for lv in self.levels_desc:
             self.sent_by_level[lv] += int((out == lv).sum())
         return out

@@ -31,7 +31,7 @@ u63 = st.integers(0, MAX)
 ts = st.floats(allow_nan=False, allow_infinity=False)
 frames = st.one_of(
     st.builds(Data, names, names, u63, u63, ts,
-              st.lists(st.binary(max_size=40), min_size=1, max_size=5).map(tuple)),
+              st.lists(st.binary(max_size=40), min_size=1, max_size=5).map(tuple), u63),
     st.builds(Nak, names, names, st.integers(1, 100), st.floats(0, 1000), ts),
     st.builds(Credit, names, names, names, u63, u63, ts),
     st.builds(Hello, names, names, st.sampled_from(["sender", "receiver"]),
@@ -57,7 +57,7 @@ stream = st.sampled_from(["default", "default", "default", "other"])
 now_ts = st.one_of(st.floats(0, 2e9), ts)
 live_frames = st.one_of(
     st.builds(Data, stream, peers, edge_ints, edge_ints, now_ts,
-              st.lists(st.binary(max_size=16), min_size=1, max_size=8).map(tuple)),
+              st.lists(st.binary(max_size=16), min_size=1, max_size=8).map(tuple), edge_ints),
     st.builds(Nak, stream, peers, st.integers(1, 100), st.floats(0, 1000), now_ts),
     st.builds(Credit, stream, peers, peers, edge_ints, edge_ints, now_ts),
     st.builds(Hello, stream, peers, st.sampled_from(["sender", "receiver"]),

@@ -24,6 +24,7 @@ from tests.fuzz import budget, frames
 
 EXAMPLES = [
     Data("s", "p0", 3, 100, 1.5, (b"a", b"", b"xyz")),
+    Data("s", "p0", 3, 100, 1.5, (b"a",), 123_456),
     Nak("s", "r1", 87, 88.5, 2.0),
     Credit("s", "r1", "p0", 3, 4096, 2.0),
     Hello("s", "r1", "receiver", "nak", 0, 0, "p0", 1.0),
@@ -118,7 +119,7 @@ def test_decode_data_hot_path_agrees_with_decode_on_frames(frame):
     full, fast = _both(encode(frame))
     if isinstance(full, Data) and type(full.ts) is float:
         assert fast == (full.stream, full.sender, full.epoch, full.seq, full.ts,
-                        list(full.payloads))
+                        list(full.payloads), full.grtt_us)
     else:
         assert fast == full
 
@@ -130,6 +131,6 @@ def test_decode_data_hot_path_agrees_with_decode_on_anything(obj):
     full, fast = _both(buf)
     if isinstance(full, Data):
         assert fast == (full.stream, full.sender, full.epoch, full.seq, full.ts,
-                        list(full.payloads)) or fast == full
+                        list(full.payloads), full.grtt_us) or fast == full
     else:
         assert fast == full

@@ -308,3 +308,21 @@ def test_a_heard_receiver_that_never_grants_is_evicted_and_does_not_rejoin_by_he
     assert ledger.sendable(now=1.2) == 100
     ledger.on_credit("mute", 50, now=1.3)  # a credit re-joins it
     assert ledger.sendable(now=1.4) == 50
+
+
+def test_a_new_epoch_of_a_sender_retires_the_old_ones_reservation():
+    """A sender killed mid-stream sends no END: its grant would keep reserving the queue
+    for sender_timeout_s. Its restart (same id, newer epoch) proves it dead: the
+    reservation goes at once, the messages it left queued keep their room."""
+    g = CreditGranter(100)
+    old, new = ("s", 1), ("s", 2)
+    g.on_sender(old, 0, now=0.0)
+    assert g.poll(now=0.0) == [(old, 100)]
+    g.on_sender(old, 30, now=0.1)
+    g.on_enqueued(old, 30)  # then it dies: 30 queued, 70 granted and unused
+    g.on_sender(new, 0, now=0.2)
+    assert g.senders == [new] and g.snapshot()["epochs_retired"] == 1
+    assert dict(g.poll(now=0.2)) == {new: 70}  # not 0: the dead epoch holds only its 30
+    g.on_released(old, 30)
+    g.on_sender(("t", 1), 0, now=0.3)  # another id is not affected by s's epochs
+    assert set(g.senders) == {new, ("t", 1)}

@@ -90,3 +90,44 @@ def test_timeline_keeps_one_sample_per_interval_and_stays_bounded():
     assert series["t"][0] == 0.0 and series["t"][-1] > 9000  # still spans the whole run
     with pytest.raises(ValueError):
         tl.sample(1e6, 1, 2)
+
+
+def test_with_an_rtt_a_rising_fill_is_acted_on_one_rtt_ahead():
+    """Fill rising 100 points/s with a 100 ms RTT: NAK 50 at 40 % (it will be at 50 % when
+    the cut takes effect), not at 50 %; without an RTT, at 50 %; never the top level on a
+    prediction alone; a falling fill predicts nothing."""
+    def first_nak(rtt_s: float) -> tuple[int, int]:
+        m = FillMonitor(100)
+        m.set_rtt(rtt_s)
+        for step in range(100):  # one message every 10 ms: 100 % of the queue per s
+            if (level := m.update(step, now=step * 0.01)) is not None:
+                return step, level
+        raise AssertionError("no NAK")
+
+    assert first_nak(0.0) == (50, 50)
+    step, level = first_nak(0.1)
+    assert level == 50 and 38 <= step <= 42
+    m = FillMonitor(100)
+    m.set_rtt(10.0)  # an absurd RTT: the prediction saturates below the top level
+    levels = {m.update(d, now=d * 0.01) for d in range(0, 99)}
+    assert 100 not in levels and m.predicted > 0
+    m = FillMonitor(100)
+    m.set_rtt(0.1)
+    out = [m.update(d, now=(60 - d) * 0.01) for d in range(60, 0, -1)]
+    assert set(out) == {None} or out[0] == 50  # only today's fill counts going down
+    assert m.predicted == 0
+
+
+def test_rtt_scaled_holdoff_stays_below_the_window():
+    cfg = NakConfig(backoff_rtts=0.5)
+
+    class Zero:
+        def random(self) -> float:
+            return 0.999
+
+    m = FillMonitor(100, cfg, rng=Zero())
+    m.set_rtt(0.04)
+    assert m.update(60, now=0.0) is None
+    assert m.next_deadline() == pytest.approx(0.0 + 0.02 * 0.999 / 1, rel=0.5)
+    m.set_rtt(10.0)
+    assert m._backoff_s == pytest.approx(0.9 * cfg.window_s)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from nakflow import (
     ConfigError,
+    Data,
     Gone,
     Hello,
     ProtocolError,
@@ -232,3 +233,23 @@ def test_the_sender_measures_the_round_trip_from_hello_answers():
     forged = encode(Hello("s", "r3", "receiver", "nak", 0, 0, "p", 0.0))
     tx.on_feedback(forged, now=2.0)
     assert tx.rtt_s == pytest.approx(0.08) and tx.snapshot()["rtt_ms"] == 80.0
+
+
+def test_data_frames_advertise_the_group_rtt_and_receivers_time_naks_by_it():
+    """After measuring the RTT the sender puts it in every DATA frame (NORM's GRTT);
+    a receiver hands the largest recent one to its fill monitor; an absurd one is capped."""
+    tx = SenderCore(mode="nak", stream="s", sender_id="p", epoch=1, max_frame_bytes=1 << 20)
+    rx = ReceiverCore(mode="nak", stream="s", receiver_id="r", capacity_msgs=100,
+                      max_streams=4, max_frame_bytes=1 << 20)
+    monitor = rx.flow.monitor  # type: ignore[attr-defined]
+    rx.on_data(tx.data([b"a"], now=0.0), lambda item: None, now=0.0)
+    assert decode(tx.data([b"b"], now=0.0)).grtt_us == 0 and monitor.rtt_s == 0.0
+    (answer,) = rx.on_data(tx.hello(now=1.0), lambda item: None, now=1.02)
+    tx.on_feedback(answer, now=1.05)
+    frame = tx.data([b"c"], now=1.1)
+    assert decode(frame).grtt_us == 50_000
+    rx.on_data(frame, lambda item: None, now=1.1)
+    assert monitor.rtt_s == pytest.approx(0.05)
+    forged = encode(Data("s", "m", 1, 0, 1.0, (b"x",), 10**12))
+    rx.on_data(forged, lambda item: None, now=1.2)
+    assert monitor.rtt_s == 2.0  # MAX_GRTT_S

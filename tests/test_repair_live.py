@@ -13,7 +13,7 @@ import time
 import pytest
 
 from nakflow import RepairConfig
-from nakflow._local import LocalReceivers, ReceiverSpec
+from nakflow._local import LocalReceivers, ReceiverSpec, run_sender
 from nakflow.sender import Sender
 from transports import SocketOptions
 
@@ -90,3 +90,33 @@ def test_what_the_history_no_longer_holds_is_reported_not_silent():
             == sent)
     for r in others:
         assert (r["delivered"], r["lost"]) == (sent, 0)
+
+
+def test_the_simulator_of_the_real_cores_agrees_with_a_live_run():
+    """One scenario twice: two receivers consuming 10,000 msgs/s each, queues of 5,000, a
+    nak sender sending 16-message frames for 4 s; once in simulations/cores.py (the real
+    SenderCore/ReceiverCores, simulated time, no sockets) and once live (processes,
+    ZeroMQ over loopback). Both must behave alike: every message delivered or repaired,
+    the rate held near the receivers' by NAKs, the send rates within a third of each
+    other (generous: the live run shares 2 cores with everything else)."""
+    from simulations.cores import CoreSimParams, simulate_cores
+
+    rate, secs = 10_000.0, 4.0
+    sim = simulate_cores(CoreSimParams(receivers=2, duration_s=secs, capacity_msgs=5_000,
+                                       consume_rate_msgs=rate, batch=16), "nak", seed=1)
+    specs = [ReceiverSpec(f"r{i}", consume_rate_msgs=rate, capacity_msgs=5_000)
+             for i in range(2)]
+    with LocalReceivers(specs, mode="nak", duration_s=120) as rx:
+        rx.wait_ready()
+        tx = run_sender(rx.data, rx.feedback, mode="nak", count=10**9, wait_receivers=2,
+                        extra=["--duration", str(secs), "--batch", "16"], timeout_s=120)
+        live = rx.results(timeout_s=120)
+    for r in sim["receivers"]:
+        assert r["delivered"] == sim["sent"] and r["lost"] == 0, r
+    for r in live:
+        assert r["delivered"] == tx["sent"] and r["lost"] == 0, r
+    assert sim["cuts"] > 0 and tx["cuts"] > 0  # NAKs held both back
+    ratio = tx["rate_msgs"] / sim["send_rate_msgs"]
+    assert 0.67 <= ratio <= 1.5, (tx["rate_msgs"], sim["send_rate_msgs"])
+    for got in (tx["rate_msgs"], sim["send_rate_msgs"]):
+        assert 0.5 * rate <= got <= 1.6 * rate  # the receivers' rate governs both

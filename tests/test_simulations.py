@@ -17,13 +17,19 @@ from simulations.cores import CoreSimParams, simulate_cores
 from simulations.events import simulate_events
 
 
-def test_vectorised_fill_monitor_decides_exactly_like_the_scalar_one():
+@pytest.mark.parametrize("rtt_s", [0.0, 0.03])
+def test_vectorised_fill_monitor_decides_exactly_like_the_scalar_one(rtt_s):
+    """Levels, repeats, hysteresis, suppression, hold-off; with an RTT also the predicted
+    fill and the RTT-scaled hold-off."""
     rng = np.random.default_rng(7)
     n, cfg = 40, NakConfig()
     caps = rng.integers(50, 500, n)
     vec = VecFillMonitor(caps, cfg, rng=np.random.default_rng(99))
     draws = np.random.default_rng(99)  # the same stream, drawn one at a time in turn
     scalars = [FillMonitor(int(c), cfg, rng=draws) for c in caps]
+    vec.set_rtt(rtt_s)
+    for m in scalars:
+        m.set_rtt(rtt_s)
     depth = rng.integers(0, caps + 1)
     decisions = 0
     for step in range(3_000):
@@ -42,6 +48,8 @@ def test_vectorised_fill_monitor_decides_exactly_like_the_scalar_one():
         decisions += sum(1 for w in want if w)
     assert decisions > 100  # the walk really crossed levels
     assert vec.suppressed == sum(m.suppressed for m in scalars) > 0
+    assert vec.predicted == sum(m.predicted for m in scalars)
+    assert (vec.predicted > 0) == (rtt_s > 0)
 
 
 @pytest.mark.parametrize("max_share", [1.0, 0.5])
