@@ -101,6 +101,8 @@ def test_seeded_chaos_run_has_no_accounting_violation(require_multicast):
     assert set(rows) == {(t, m) for t in ("tcp", "epgm") for m in ("nak", "ack")}
     for row in rows.values():
         assert row["streams"] > 0 and row["delivered"] > 0, row
-        assert row["malformed"] > 0, row  # the garbage arrived and was counted
+    # the garbage arrived and was counted (a round's survivors may all have started after
+    # its last burst, so over all rounds)
+    assert sum(row["malformed"] for row in rows.values()) > 0
     for fault in ("SIGSTOP receiver", "SIGKILL receiver", "SIGKILL sender", "garbage"):
         assert fault in schedule
