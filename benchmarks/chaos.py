@@ -70,11 +70,13 @@ def free_port() -> int:
 
 
 class FeedbackProxy:
-    """SUB to the receivers' feedback, PUB to the senders: drops a seeded share of NAK,
-    CREDIT and REPAIR frames, delays the rest; can inject garbage."""
+    """SUB to the receivers' feedback, PUB to the senders: drops a seeded share of the
+    ``lossy`` frame types (everything else passes, so HELLO answers still work), delays
+    what passes by up to ``delay_s``; can inject garbage. (tests/test_chaos.py uses it.)"""
 
     def __init__(self, upstream: list[str], downstream: str, *, bind: bool, drop: float,
-                 delay_s: float, seed: int) -> None:
+                 delay_s: float, seed: int,
+                 lossy: tuple[type, ...] = (Nak, Credit, Repair)) -> None:
         ctx = zmq.Context.instance()
         self.sub = ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -83,7 +85,7 @@ class FeedbackProxy:
         self.pub = ctx.socket(zmq.PUB)
         (self.pub.bind if bind else self.pub.connect)(downstream)
         self.rng = random.Random(seed)
-        self.drop, self.delay_s = drop, delay_s
+        self.drop, self.delay_s, self.lossy = drop, delay_s, lossy
         self.dropped = self.passed = 0
         self._held: list[tuple[float, bytes]] = []
         self._garbage = 0
@@ -101,7 +103,7 @@ class FeedbackProxy:
             if self.sub.poll(5):
                 buf = self.sub.recv()
                 try:
-                    lossy = isinstance(decode(buf), (Nak, Credit, Repair))
+                    lossy = isinstance(decode(buf), self.lossy)
                 except ProtocolError:
                     lossy = False
                 if lossy and self.rng.random() < self.drop:

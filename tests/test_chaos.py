@@ -6,60 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
-import threading
 
 import pytest
-import zmq
 
-from nakflow import Credit, Nak, ProtocolError, decode
+from benchmarks.chaos import FeedbackProxy, free_port
+from nakflow import Credit, Nak
 from nakflow._local import LocalReceivers, ReceiverSpec, run_sender
 
 pytestmark = pytest.mark.slow
 COUNT, SLOW, CAP = 40_000, 10_000.0, 4_000
-
-
-class ChaosProxy:
-    """SUB to the receivers' feedback, PUB to the sender; drops a seeded share of NAK and
-    CREDIT frames (everything else passes, so HELLO echoes still work)."""
-
-    def __init__(self, upstream: list[str], drop: float, seed: int) -> None:
-        ctx = zmq.Context.instance()
-        self.sub = ctx.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        for uri in upstream:
-            self.sub.connect(uri)
-        self.pub = ctx.socket(zmq.PUB)
-        self.endpoint = f"tcp://127.0.0.1:{self.pub.bind_to_random_port('tcp://127.0.0.1')}"
-        self.rng = random.Random(seed)
-        self.drop = drop
-        self.dropped = self.passed = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self.sub.poll(50):
-                continue
-            buf = self.sub.recv()
-            try:
-                lossy = isinstance(decode(buf), (Nak, Credit))
-            except ProtocolError:
-                lossy = False
-            if lossy and self.rng.random() < self.drop:
-                self.dropped += 1
-                continue
-            self.passed += 1
-            self.pub.send(buf)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sub.close(0)
-        self.pub.close(0)
 
 
 @pytest.mark.parametrize("mode", ["nak", "ack"])
@@ -68,9 +25,11 @@ def test_lost_feedback_does_not_overrun_a_slow_receiver(mode):
              ReceiverSpec("fast", capacity_msgs=CAP)]
     with LocalReceivers(specs, mode=mode, duration_s=120) as rx:
         rx.wait_ready()
-        proxy = ChaosProxy(rx.feedback, drop=0.3, seed=7)
+        endpoint = f"tcp://127.0.0.1:{free_port()}"
+        proxy = FeedbackProxy(rx.feedback, endpoint, bind=True, drop=0.3, delay_s=0.0, seed=7,
+                              lossy=(Nak, Credit))
         try:
-            sender = run_sender(rx.data, [proxy.endpoint], mode=mode, count=COUNT,
+            sender = run_sender(rx.data, [endpoint], mode=mode, count=COUNT,
                                 wait_receivers=2, timeout_s=120)
             receivers = rx.results(timeout_s=120)
         finally:
