@@ -109,8 +109,8 @@ class FeedbackProxy:
                 if lossy and self.rng.random() < self.drop:
                     self.dropped += 1
                 else:
-                    self._held.append((time.monotonic() + self.rng.uniform(0, self.delay_s),
-                                       buf))
+                    delay = self.rng.uniform(0, self.delay_s) if self.delay_s else 0.0
+                    self._held.append((time.monotonic() + delay, buf))
             now = time.monotonic()
             due = sorted((t, b) for t, b in self._held if t <= now)
             self._held = [(t, b) for t, b in self._held if t > now]
