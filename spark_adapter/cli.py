@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+from dataclasses import replace
 from typing import Any
 
 from nakflow import MODES
 from nakflow.tables import format_table
+
+from .shipping import SHIP_CHOICES
 
 #: What the eval's columns mean in its setting (rows are DataFrame rows, one message each).
 EVAL_NOTES = {"receiver": "slow consumes at --slow-rate; fast-N as fast as it can; stalled "
@@ -30,7 +34,18 @@ def register(sub: Any) -> None:
         description="Start local receivers (one slow), send a DataFrame from Spark tasks once "
                     "per mode, and print a comparison of sender and receiver metrics.")
     p.add_argument("--master", default="local[*]",
-                   help="Spark master URL, e.g. local[*] or local-cluster[2,1,1024]")
+                   help="Spark master URL, e.g. local[*], local-cluster[2,1,1024] or "
+                        "spark://host:7077")
+    p.add_argument("--standalone", type=int, default=0, metavar="WORKERS",
+                   help="start a Spark standalone Master and this many Workers on 127.0.0.1 "
+                        "for the run (separate JVMs, 1 core and 1 GiB each) and use it as "
+                        "the master; 0: use --master")
+    p.add_argument("--ship", default="auto", choices=SHIP_CHOICES,
+                   help="send nakflow, pyzmq and msgpack to the executors with the job "
+                        "(spark.archives): auto = for cluster masters, not local ones")
+    p.add_argument("--executor-python", default=None, metavar="PATH",
+                   help="the executors' Python (spark.pyspark.python) on a cluster master; "
+                        "default: PYSPARK_PYTHON or the workers' python3")
     p.add_argument("--rows", type=_positive_int, default=100_000, help="rows to generate")
     p.add_argument("--partitions", type=_positive_int, default=None,
                    help="partitions = senders (default 4; with --input: as read)")
@@ -58,6 +73,8 @@ def register(sub: Any) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluation import EvalConfig, parse_receivers, print_progress, run_eval
     from .session import JVM_LOG, spark_session
+    from .shipping import ExecutorImportError, explain
+    from .standalone import StandaloneCluster
 
     cfg = EvalConfig(master=args.master, rows=args.rows, partitions=args.partitions,
                      row_bytes=args.row_bytes, input_path=args.input, input_format=args.format,
@@ -65,14 +82,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
                      slow_rate=args.slow_rate, capacity=args.capacity,
                      stall_for_s=args.stall_for, stall_at_s=args.stall_at,
                      receivers=parse_receivers(args.receivers), batch_rows=args.batch_rows)
-    print_progress(f"[eval] starting Spark ({cfg.master}) ...")
-    spark = spark_session(cfg.master, "nakflow-eval")
-    if JVM_LOG:
-        print_progress(f"[eval] Spark's own log: {JVM_LOG['path']}")
-    try:
-        result = run_eval(spark, cfg, progress=print_progress)
-    finally:
-        spark.stop()
+    with contextlib.ExitStack() as stack:
+        if args.standalone:
+            cluster = stack.enter_context(StandaloneCluster(
+                workers=args.standalone, progress=lambda t: print_progress(f"[eval] {t}")))
+            cfg = replace(cfg, master=cluster.master)
+        print_progress(f"[eval] starting Spark ({cfg.master}) ...")
+        try:
+            spark = spark_session(cfg.master, "nakflow-eval", ship=args.ship,
+                                  executor_python=args.executor_python)
+        except ExecutorImportError as exc:
+            print_progress(f"[eval] error: {exc}")
+            return 2
+        if JVM_LOG:
+            print_progress(f"[eval] Spark's own log: {JVM_LOG['path']}")
+        try:
+            result = run_eval(spark, cfg, progress=print_progress)
+        except Exception as exc:
+            clear = explain(exc)
+            if clear is None:
+                raise
+            print_progress(f"[eval] error: {clear}")
+            return 2
+        finally:
+            spark.stop()
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         path = os.path.join(args.out, "eval.json")

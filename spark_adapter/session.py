@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 from typing import Any
+from urllib.parse import urlsplit
 
 #: Where the JVM's own output of this process's Spark goes (None: no JVM started here).
 JVM_LOG: dict[str, str] = {}
@@ -16,16 +17,32 @@ def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith(("local[", "local-cluster["))
 
 
+def is_loopback_master(master: str) -> bool:
+    """A cluster master on this machine's loopback (``spark://127.0.0.1:7077``)."""
+    host = urlsplit(master).hostname if "://" in master else None
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
 def spark_session(master: str = "local[*]", app: str = "nakflow",
-                  conf: dict[str, str] | None = None) -> Any:
+                  conf: dict[str, str] | None = None, *, ship: str = "auto",
+                  executor_python: str | None = None, check: bool = True) -> Any:
     """Get or create a SparkSession with log noise kept to warnings.
 
-    For masters on this machine the driver, the executors and their Python
-    workers bind to 127.0.0.1 only and run this interpreter (which has nakflow
-    installed). On a real cluster, Python and addresses are the cluster's.
+    For ``local`` masters the driver, the executors and their Python workers bind
+    to 127.0.0.1 only and run this interpreter (which has nakflow installed).
+    For a cluster master (``spark://``, ``yarn``, ``k8s://``) the executors run the
+    cluster's Python (``executor_python`` sets ``spark.pyspark.python``), so with
+    ``ship`` "auto" or "bundle" nakflow and its dependencies go with the job (see
+    :mod:`spark_adapter.shipping`), and with ``check`` a probe task first makes sure
+    the executors can import them, raising ExecutorImportError in one line if not.
+    A master on 127.0.0.1 also keeps the driver on loopback.
 
-    Raises ValueError if PySpark is not installed.
+    Raises ValueError if PySpark is not installed or ``ship`` is unknown.
     """
+    from .shipping import SHIP_CHOICES, build_bundle, bundle_conf, check_executors
+
+    if ship not in SHIP_CHOICES:
+        raise ValueError(f"ship must be one of {', '.join(SHIP_CHOICES)}: {ship!r}")
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
@@ -38,13 +55,27 @@ def spark_session(master: str = "local[*]", app: str = "nakflow",
         settings.update({"spark.pyspark.python": sys.executable,
                          "spark.driver.host": "127.0.0.1",
                          "spark.driver.bindAddress": "127.0.0.1"})
+    elif is_loopback_master(master):
+        settings.update({"spark.driver.host": "127.0.0.1",
+                         "spark.driver.bindAddress": "127.0.0.1"})
+    if executor_python:
+        settings["spark.pyspark.python"] = executor_python
     settings.update(conf or {})
+    local = is_local_master(master)
+    if ship == "bundle" or (ship == "auto" and not local):
+        settings.update(bundle_conf(build_bundle(), settings))
     _start_quiet_jvm(master, app, settings)
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if check and not local:
+        try:
+            check_executors(spark)
+        except BaseException:
+            spark.stop()
+            raise
     return spark
 
 

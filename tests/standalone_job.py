@@ -1,0 +1,41 @@
+"""A driver program for the standalone-cluster tests, run as its own process (as a user's
+job is): ``python -m tests.standalone_job MASTER EXECUTOR_PYTHON DATA FEEDBACK ROWS``.
+
+It sends ``ROWS`` rows in two partitions through the foreachPartition writer, with the
+first attempt of partition 1 failing mid-way (Spark retries it), and prints the tasks'
+metrics rows as one JSON list. An ExecutorImportError goes to stderr as its one line
+and exit status 3.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from spark_adapter import WriterConfig, send_with_metrics
+from spark_adapter.session import spark_session
+from spark_adapter.shipping import ExecutorImportError
+from tests.test_spark_adapter import example_frame, fail_first_attempt
+
+
+def main(argv: list[str]) -> int:
+    master, python, data, feedback, rows, ship = argv
+    try:
+        spark = spark_session(master, "nakflow-standalone-test", ship=ship,
+                              executor_python=python)
+    except ExecutorImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    try:
+        cfg = WriterConfig(data.split(","), feedback.split(","), stream="test",
+                           wait_receivers=1,
+                           serializer=fail_first_attempt(partition=1, after_rows=1_500))
+        metrics = send_with_metrics(example_frame(spark, int(rows), 2), cfg).collect()
+        print(json.dumps([m.asDict(recursive=True) for m in metrics]))
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

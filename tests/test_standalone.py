@@ -1,0 +1,102 @@
+"""nakflow on a real Spark standalone cluster: a Master and two Workers (separate JVMs)
+started from the installed PySpark, with executors running a bare Python that has none of
+nakflow's packages, so what they import must come with the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+
+import pytest
+
+from nakflow.tables import parse_table
+from tests.test_spark_adapter import Collecting
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    pytest.importorskip("pyspark")
+    from spark_adapter.standalone import StandaloneCluster
+
+    with StandaloneCluster(workers=2) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> str:
+    """A Python of the driver's version with nothing installed: a worker host's python3."""
+    folder = tmp_path_factory.mktemp("bare-venv")
+    venv.EnvBuilder(with_pip=False).create(folder)
+    python = str(folder / "bin" / "python")
+    probe = subprocess.run([python, "-c", "import zmq"], capture_output=True, text=True)
+    assert "No module named 'zmq'" in probe.stderr  # really bare
+    return python
+
+
+def run_job(cluster, python: str, rx: Collecting, rows: int, ship: str):
+    cmd = [sys.executable, "-m", "tests.standalone_job", cluster.master, python,
+           ",".join(rx.data), ",".join(rx.feedback), str(rows), ship]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_the_cluster_is_a_real_master_with_two_workers(cluster):
+    state = cluster.state()
+    assert state["status"] == "ALIVE" and state["aliveworkers"] == 2
+    assert {w["host"] for w in state["workers"]} == {"127.0.0.1"}
+    assert cluster.master.startswith("spark://127.0.0.1:")
+
+
+def test_executors_without_nakflow_fail_with_one_clear_line(cluster, bare_python):
+    rx = Collecting(1, "nak")
+    try:
+        run = run_job(cluster, bare_python, rx, 1_000, ship="none")
+    finally:
+        rx.close()
+    assert run.returncode == 3, run.stderr[-3000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, run.stderr[-3000:]
+    assert "Spark executors cannot import nakflow" in errors[0]
+    assert "lacks nakflow, transports, spark_adapter, zmq, msgpack" in errors[0]
+    assert "ship=" in errors[0] and "spark.pyspark.python" in errors[0]  # what to do
+    assert "Traceback" not in run.stderr and "Py4J" not in run.stderr
+    assert rx.receivers[0].snapshot()["delivered"] == 0
+
+
+def test_shipped_writer_delivers_every_row_once_across_a_task_retry(cluster, bare_python):
+    rows = 8_000
+    rx = Collecting(1, "nak")
+    try:
+        run = run_job(cluster, bare_python, rx, rows, ship="auto")
+        assert run.returncode == 0, run.stderr[-3000:] + cluster.logs()[-6000:]
+        snap = rx.finish(2)[0]
+    finally:
+        rx.close()
+    assert sorted(rx.ids[0]) == list(range(rows))  # each row exactly once
+    metrics = {m["partition"]: m for m in json.loads(run.stdout)}
+    assert (metrics[1]["attempt"], metrics[1]["epoch"]) == (1, 1)  # the retry ran
+    assert metrics[0]["attempt"] == 0
+    p1 = sorted((s for s in snap["senders"] if s["sender"].endswith("/p1")),
+                key=lambda s: s["epoch"])
+    assert [(s["epoch"], s["status"]) for s in p1] == [(0, "incomplete"), (1, "complete")]
+
+
+def test_eval_on_its_own_standalone_cluster(bare_python):
+    """`nakflow eval --standalone 2` as a user runs it: its own Master and Workers,
+    executors on a bare Python, nakflow shipped with the job."""
+    cmd = [sys.executable, "-m", "nakflow", "eval", "--standalone", "2", "--executor-python",
+           bare_python, "--rows", "20000", "--partitions", "2", "--modes", "nak,ack",
+           "--slow-rate", "5000", "--capacity", "4000"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "[eval] starting a standalone Master (spark://127.0.0.1:" in run.stderr
+    table = {(r["mode"], r["receiver"]): r for r in parse_table(run.stdout)}
+    assert set(table) == {(m, r) for m in ("nak", "ack") for r in ("slow", "fast-1", "fast-2")}
+    for key, row in table.items():
+        assert (row["missing"], row["lost"], row["complete"]) == ("0", "0", "2/2"), key
+    assert int(table["nak", "slow"]["naks"]) > 0 and int(table["ack", "slow"]["credits"]) > 0
