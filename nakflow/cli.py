@@ -21,6 +21,7 @@ from typing import Any
 from ._bucket import TokenBucket
 from ._config import MODES, AckConfig
 from ._errors import NakflowError
+from .sinks import SINK_HELP
 
 log = logging.getLogger("nakflow.cli")
 
@@ -54,15 +55,17 @@ def _non_negative(text: str) -> float:
     return float(value)
 
 
-def emit(result: dict[str, Any], as_json: bool) -> None:
-    """Print a run's metrics: one JSON object on stdout, or a readable listing."""
+def emit(result: dict[str, Any], as_json: bool, file: Any = None) -> None:
+    """Print a run's metrics: one JSON object (stdout by default), or a readable listing."""
+    file = file or sys.stdout
     if as_json:
-        print(json.dumps(result, sort_keys=True, default=str), flush=True)
+        print(json.dumps(result, sort_keys=True, default=str), file=file, flush=True)
         return
     for key, value in result.items():
         if isinstance(value, (dict, list)):
             value = json.dumps(value, default=str)
-        print(f"{key:>24}: {value}")
+        print(f"{key:>24}: {value}", file=file)
+    file.flush()
 
 
 def _socket_options(args: argparse.Namespace) -> Any:
@@ -123,21 +126,37 @@ def _repair_config(args: argparse.Namespace) -> Any:
 
 
 # -- receive -----------------------------------------------------------------------
+def _serve_metrics(args: argparse.Namespace, source: Any) -> Any:
+    """A Prometheus endpoint for the source if --metrics-port was given (else None)."""
+    if args.metrics_port is None:
+        return None
+    from .prometheus import serve_metrics
+
+    server = serve_metrics(source, port=args.metrics_port, addr=args.metrics_addr)
+    log.warning("metrics on %s", server.url)
+    return server
+
+
 def cmd_receive(args: argparse.Namespace) -> int:
     from .receiver import Receiver
+    from .sinks import SinkError, open_sink
 
     stop = _Stop()
+    sink = open_sink(args.sink, args.stream) if args.sink else None
     rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
                   receiver_id=args.id, capacity_msgs=args.capacity, overflow=args.overflow,
                   drop_duplicates=args.drop_duplicates, overhear=args.overhear or (),
                   options=_socket_options(args), shared_key=_shared_key(args),
                   repair=_repair_config(args), test_data_loss=args.test_drop_data,
                   ack=AckConfig(max_share=args.ack_max_share))
+    metrics = _serve_metrics(args, rx)
     if args.ready_file:
+        import os
+
         with open(args.ready_file + ".tmp", "w") as f:
             json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
-                       "id": rx.receiver_id}, f)
-        import os
+                       "id": rx.receiver_id,
+                       "metrics": None if metrics is None else metrics.url}, f)
         os.replace(args.ready_file + ".tmp", args.ready_file)
     log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id, rx.data_endpoints,
              rx.feedback_endpoints, args.mode)
@@ -154,8 +173,25 @@ def cmd_receive(args: argparse.Namespace) -> int:
 
         deliveries = DeliveryLog()
     take = rx.get_many if deliveries is None else _logged(rx.get_many, deliveries)
+    error: str | None = None
+    unsunk = 0
+
+    def hand_over(msgs: Sequence[Any]) -> None:
+        nonlocal error, unsunk
+        if sink is None or not msgs:
+            return
+        if error is not None:
+            unsunk += len(msgs)
+            return
+        try:
+            sink.write(msgs)
+        except SinkError as exc:
+            error, unsunk = str(exc), len(msgs)
+            log.error("%s; stopping (messages not handed over are counted in the report)",
+                      exc)
+
     try:
-        while not stop.requested:
+        while not stop.requested and error is None:
             now = time.monotonic()
             elapsed = now - t0
             if args.duration is not None and elapsed >= args.duration:
@@ -171,19 +207,34 @@ def cmd_receive(args: argparse.Namespace) -> int:
                 if wait:
                     time.sleep(wait)
                     continue
-            take(chunk, timeout=0.05)
+            hand_over(take(chunk, timeout=0.05))
     finally:
         rx.close()
-    while take(1 << 20, timeout=0):  # after close the queue is ours: count it drained
-        pass
+    if stop.requested:
+        log.warning("stopping on a signal: draining %d queued message(s)", rx.snapshot()["queued"])
+    while True:  # after close the queue is ours: hand it over (or count it drained)
+        rest = take(1 << 16, timeout=0)
+        if not rest:
+            break
+        hand_over(rest)
+    if sink is not None:
+        try:
+            sink.close()
+        except SinkError as exc:
+            error = error or str(exc)
+    if metrics is not None:
+        metrics.close()
     if deliveries is not None:
         with open(args.deliveries, "w") as f:
             json.dump(deliveries.report(), f)
     snap = rx.snapshot()
     snap["consume_rate"] = rate
     snap["ends"] = len(rx.ends())
-    emit(snap, args.json)
-    return 0 if snap["error"] is None else 1
+    if sink is not None:
+        snap["sink"] = {"target": sink.name, "written": sink.written, "not_written": unsunk,
+                        "error": error}
+    emit(snap, args.json, file=sys.stderr if args.sink in ("-", "stdout") else sys.stdout)
+    return 0 if snap["error"] is None and error is None else 1
 
 
 def _logged(get_many: Any, log: Any) -> Any:
@@ -204,6 +255,7 @@ def cmd_send(args: argparse.Namespace) -> int:
                 sender_id=args.id, max_rate_msgs=args.max_rate,
                 options=_socket_options(args),
                 shared_key=_shared_key(args), repair=_repair_config(args)) as tx:
+        metrics = _serve_metrics(args, tx)
         if args.wait_receivers:
             tx.wait_for_receivers(args.wait_receivers, timeout=args.wait_timeout)
         t0 = time.monotonic()
@@ -222,6 +274,8 @@ def cmd_send(args: argparse.Namespace) -> int:
                 i += 1
         tx.flush()
         snap = tx.snapshot()
+        if metrics is not None:
+            metrics.close()
     emit(snap, args.json)
     return 0
 
@@ -278,6 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stream name; senders and receivers of one stream must agree")
         p.add_argument("--id", default=None, help="node id (default: random)")
         p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+        p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                       help="serve Prometheus metrics on http://ADDR:PORT/metrics "
+                            "(0: any free port, logged); needs nakflow[metrics]")
+        p.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
+                       help="address for --metrics-port (0.0.0.0: every interface)")
         p.add_argument("--hwm", type=_positive(int), default=None, metavar="MSGS",
                        help="ZeroMQ high-water marks (send and receive) per peer; past it "
                             "PUB drops (default 200000)")
@@ -317,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ack mode: most of the queue one sender is granted (0.5: senders "
                         "that start together never deadlock, but a lone sender's window "
                         "is halved)")
+    r.add_argument("--sink", default=None, metavar="TARGET",
+                   help=f"hand every delivered message, as a JSON line, to {SINK_HELP}; "
+                        "the report then goes to stderr if the sink is stdout")
     r.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
     # check hook (chaos run): write which seqs of each stream were delivered, at exit
     r.add_argument("--deliveries", default=None, help=argparse.SUPPRESS)

@@ -1,0 +1,197 @@
+"""`nakflow receive` as a long-running service (signals, sinks, its report) and the
+Prometheus endpoint, scraped over real HTTP during live runs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import msgpack
+import pytest
+
+from nakflow._local import nakflow_cmd
+from nakflow.receiver import Receiver
+from nakflow.sender import Sender
+
+pytest.importorskip("prometheus_client")
+from nakflow.prometheus import serve_metrics
+
+pytestmark = pytest.mark.slow
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    """A /metrics page as {(name, labels): value}, parsed by prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(page: dict, name: str, **labels: str) -> float:
+    hits = [v for (n, ls), v in page.items()
+            if n == name and all((k, v) in ls for k, v in labels.items())]
+    assert len(hits) == 1, (name, labels, hits)
+    return hits[0]
+
+
+def wait_until(check, timeout: float = 60.0, what: str = "") -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_scraped_metrics_equal_the_json_snapshots():
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak", stream="m",
+                  capacity_msgs=1_000) as rx:
+        tx = Sender(rx.data_endpoints, rx.feedback_endpoints, mode="nak", stream="m")
+        server = serve_metrics(tx, rx)
+        try:
+            tx.wait_for_receivers(1)
+            during = scrape(server.url)  # a scrape while both are live
+            assert value(during, "nakflow_messages_sent_total", role="sender") == 0
+            for i in range(800):  # 80 % of the queue: NAKs, no drops
+                tx.send(msgpack.packb({"i": i}))
+            tx.flush()
+            assert rx.wait_for_ends(1, 30)
+            got = rx.get_many(300, timeout=5)  # leave 500 queued: fill 0.5
+            page = scrape(server.url)
+            s, r = tx.snapshot(), rx.snapshot()
+        finally:
+            server.close()
+            tx.close()
+    assert len(got) == 300
+    sender = {"role": "sender", "id": s["sender_id"], "stream": "m", "mode": "nak"}
+    receiver = {"role": "receiver", "id": r["receiver_id"], "stream": "m", "mode": "nak"}
+    assert value(page, "nakflow_messages_sent_total", **sender) == s["sent"] == 800
+    assert value(page, "nakflow_frames_sent_total", **sender) == s["frames"]
+    assert value(page, "nakflow_rate_limit_messages_per_second", **sender) == s["rate_limit"]
+    for level, n in s["naks_received"].items():
+        assert value(page, "nakflow_naks_total", level=str(level), **sender) == n
+    assert value(page, "nakflow_messages_received_total", **receiver) == r["received"]
+    assert value(page, "nakflow_messages_delivered_total", **receiver) == r["delivered"]
+    assert value(page, "nakflow_queue_messages", **receiver) == r["queued"] == 500
+    assert value(page, "nakflow_queue_fill_ratio", **receiver) == pytest.approx(
+        r["queued"] / 1_000)
+    assert value(page, "nakflow_messages_dropped_total", **receiver) == r["dropped"]
+    for reason, key in (("in_flight", "lost"), ("queue_full", "dropped_unrepaired"),
+                        ("beyond_history", "beyond_history"),
+                        ("before_join", "missed_before_join")):
+        assert value(page, "nakflow_messages_lost_total", reason=reason, **receiver) == r[key]
+    for level, n in r["naks_sent"].items():
+        assert value(page, "nakflow_naks_total", level=str(level), **receiver) == n
+    assert sum(r["naks_sent"].values()) > 0  # the small queue did fill
+
+
+def start_service(tmp_path, *extra: str) -> tuple[subprocess.Popen, dict]:
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen(
+        nakflow_cmd("receive", "--data", "tcp://127.0.0.1:*", "--feedback",
+                    "tcp://127.0.0.1:*", "--stream", "svc", "--metrics-port", "0",
+                    "--ready-file", str(ready), "--json", *extra),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: ready.exists() or proc.poll() is not None, 30, "the receiver")
+    assert proc.poll() is None, proc.communicate()
+    return proc, json.loads(ready.read_text())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_service_drains_its_queue_into_the_sink_on_a_signal(tmp_path, signum):
+    """The consumer is slow (1,000 msgs/s), so most of the 4,000 messages are still queued
+    when the signal comes: all of them must reach the file, the report must say so, and
+    the exit status must be 0."""
+    out = tmp_path / "out.jsonl"
+    proc, ready = start_service(tmp_path, "--consume-rate", "1000", "--sink", f"file:{out}")
+    try:
+        with Sender(ready["data"], ready["feedback"], mode="nak", stream="svc") as tx:
+            tx.wait_for_receivers(1)
+            for i in range(4_000):
+                tx.send(msgpack.packb({"id": i, "name": f"row-{i}"}))
+        wait_until(lambda: value(scrape(ready["metrics"]), "nakflow_messages_received_total")
+                   == 4_000, 60, "every message to arrive")
+        queued = value(scrape(ready["metrics"]), "nakflow_queue_messages")
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert queued > 1_000  # the signal really came with a backlog
+    assert "stopping on a signal: draining" in stderr
+    report = json.loads(stdout)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [x["payload"]["id"] for x in lines] == list(range(4_000))  # in order, once
+    assert lines[7]["payload"] == {"id": 7, "name": "row-7"} and lines[7]["seq"] == 7
+    assert report["delivered"] == 4_000 and report["queued"] == 0
+    assert report["sink"] == {"target": f"file:{out}", "written": 4_000, "not_written": 0,
+                              "error": None}
+
+
+def test_service_pipes_json_lines_into_a_command(tmp_path):
+    out = tmp_path / "counted"
+    command = f"{sys.executable} -c \"import sys; open({str(out)!r}, 'w').write(" \
+              "str(sum(1 for _ in sys.stdin)))\""
+    proc, ready = start_service(tmp_path, "--sink", f"cmd:{command}", "--senders", "1",
+                                "--mode", "ack")
+    with Sender(ready["data"], ready["feedback"], mode="ack", stream="svc") as tx:
+        tx.wait_for_receivers(1)
+        tx.send_batch([b"plain text %d" % i for i in range(2_500)])
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert out.read_text() == "2500"
+    assert json.loads(stdout)["sink"]["written"] == 2_500
+
+
+def test_a_sink_that_fails_stops_the_service_and_counts_what_it_could_not_write(tmp_path):
+    proc, ready = start_service(tmp_path, "--sink", "cmd:head -c 1000 >/dev/null",
+                                "--senders", "1")
+    with Sender(ready["data"], ready["feedback"], mode="nak", stream="svc") as tx:
+        tx.wait_for_receivers(1)
+        for _ in range(20_000):
+            if proc.poll() is not None:
+                break
+            tx.try_send(b"y" * 200)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    report = json.loads(stdout)
+    sink = report["sink"]
+    assert sink["error"] and "failed" in sink["error"]
+    assert sink["not_written"] > 0
+    # every message the receiver delivered was either written or counted as not written
+    assert sink["written"] + sink["not_written"] == report["delivered"]
+
+
+def test_send_serves_metrics_while_it_runs(tmp_path):
+    rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", stream="svc")
+    try:
+        proc = subprocess.Popen(
+            nakflow_cmd("send", "--data", ",".join(rx.data_endpoints), "--feedback",
+                        ",".join(rx.feedback_endpoints), "--stream", "svc", "--duration", "30",
+                        "--max-rate", "2000", "--metrics-port", "0", "--wait-receivers", "1",
+                        "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        url = []
+
+        def logged() -> bool:
+            line = proc.stderr.readline()
+            if "metrics on " in line:
+                url.append(line.rsplit(" ", 1)[1].strip())
+            return bool(url) or proc.poll() is not None
+
+        wait_until(logged, 30, "the metrics line")
+        wait_until(lambda: value(scrape(url[0]), "nakflow_messages_sent_total") >= 1_000,
+                   30, "1,000 messages")
+        page = scrape(url[0])
+        assert value(page, "nakflow_rate_limit_messages_per_second") <= 2_000
+        proc.send_signal(signal.SIGTERM)
+        stdout, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert json.loads(stdout)["sent"] >= 1_000
+    finally:
+        rx.close()
+        if proc.poll() is None:
+            proc.kill()
