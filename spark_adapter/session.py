@@ -28,6 +28,9 @@ def spark_session(master: str = "local[*]", app: str = "nakflow",
                   executor_python: str | None = None, check: bool = True) -> Any:
     """Get or create a SparkSession with log noise kept to warnings.
 
+    A ``sc://host:port`` master is a Spark Connect server: the session is a thin client
+    (``df.foreachPartition(nakflow_writer(cfg))`` works through it; the RDD-based
+    helpers such as ``send_with_metrics`` do not, Connect has no RDDs).
     For ``local`` masters the driver, the executors and their Python workers bind
     to 127.0.0.1 only and run this interpreter (which has nakflow installed).
     For a cluster master (``spark://``, ``yarn``, ``k8s://``) the executors run the
@@ -43,6 +46,8 @@ def spark_session(master: str = "local[*]", app: str = "nakflow",
 
     if ship not in SHIP_CHOICES:
         raise ValueError(f"ship must be one of {', '.join(SHIP_CHOICES)}: {ship!r}")
+    if master.startswith("sc://"):
+        return _connect_session(master, app, ship)
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
@@ -77,6 +82,17 @@ def spark_session(master: str = "local[*]", app: str = "nakflow",
             spark.stop()
             raise
     return spark
+
+
+def _connect_session(url: str, app: str, ship: str) -> Any:
+    """A Spark Connect client session (no JVM here: the server runs the job, and its
+    executors' Python must have nakflow; the client cannot ship compiled modules)."""
+    if ship == "bundle":
+        raise ValueError("ship='bundle' is not available through Spark Connect: install "
+                         "nakflow in the Python the Connect server's executors run")
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).appName(app).getOrCreate()
 
 
 def _start_quiet_jvm(master: str, app: str, settings: dict[str, str]) -> None:

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -145,3 +146,63 @@ class StandaloneCluster:
         self._procs.clear()
         if self.folder and not keep_folder:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@dataclass
+class ConnectServer:
+    """A Spark Connect server (``start-connect-server.sh``'s class, via spark-submit) on
+    127.0.0.1, running its jobs on ``master``; clients use ``url`` (``sc://...``).
+    Its executors run ``python`` (default: this interpreter)."""
+
+    master: str = "local[2]"
+    python: str = ""
+    start_timeout_s: float = 120.0
+    url: str = ""
+    folder: str = ""
+    _proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ConnectServer:
+        home = spark_home()
+        self.folder = tempfile.mkdtemp(prefix="nakflow-connect-")
+        port = _free_port()
+        self.url = f"sc://127.0.0.1:{port}"
+        python = self.python or sys.executable
+        env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1",
+                   PYSPARK_PYTHON=python)
+        with open(os.path.join(self.folder, "connect-server.log"), "wb") as log:
+            self._proc = subprocess.Popen(
+                [os.path.join(home, "bin", "spark-submit"), "--master", self.master,
+                 "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+                 "--name", "nakflow Spark Connect server",
+                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                 "--conf", f"spark.connect.grpc.binding.port={port}",
+                 "--conf", "spark.driver.host=127.0.0.1",
+                 "--conf", "spark.driver.bindAddress=127.0.0.1",
+                 "--conf", "spark.ui.enabled=false",
+                 "--conf", f"spark.pyspark.python={python}"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:  # ready when its gRPC port accepts connections
+            if self._proc.poll() is not None:
+                self.__exit__()
+                raise RuntimeError(f"the Spark Connect server exited; see {self.folder}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.__exit__()
+                    raise TimeoutError(f"the Spark Connect server did not start in "
+                                       f"{self.start_timeout_s:.0f} s; see {self.folder}")
+                time.sleep(0.2)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait(10)
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -100,3 +100,34 @@ def test_eval_on_its_own_standalone_cluster(bare_python):
     for key, row in table.items():
         assert (row["missing"], row["lost"], row["complete"]) == ("0", "0", "2/2"), key
     assert int(table["nak", "slow"]["naks"]) > 0 and int(table["ack", "slow"]["credits"]) > 0
+
+
+def test_the_writer_works_through_a_spark_connect_server():
+    """A real Spark Connect server (its own JVM and executors); this process is only a
+    Connect client, as a notebook would be. foreachPartition runs the writer there."""
+    pytest.importorskip("pyspark.sql.connect.session")
+    pytest.importorskip("grpc")
+    from spark_adapter.standalone import ConnectServer
+
+    rx = Collecting(2, "ack")
+    try:
+        with ConnectServer("local[2]") as server:
+            code = ("import sys; from spark_adapter import WriterConfig, nakflow_writer; "
+                    "from spark_adapter.session import spark_session; "
+                    "spark = spark_session(sys.argv[1]); "
+                    "print(type(spark).__module__); "
+                    "cfg = WriterConfig(sys.argv[2].split(','), sys.argv[3].split(','), "
+                    "mode='ack', stream='test', wait_receivers=2); "
+                    "spark.range(6000, numPartitions=3).selectExpr('id')"
+                    ".foreachPartition(nakflow_writer(cfg))")
+            run = subprocess.run([sys.executable, "-c", code, server.url, ",".join(rx.data),
+                                  ",".join(rx.feedback)], capture_output=True, text=True,
+                                 timeout=300, cwd=ROOT)
+            assert run.returncode == 0, run.stderr[-3000:]
+            snaps = rx.finish(3)
+    finally:
+        rx.close()
+    assert run.stdout.strip() == "pyspark.sql.connect.session"  # really a Connect client
+    for ids, snap in zip(rx.ids, snaps, strict=True):
+        assert sorted(ids) == list(range(6_000))
+        assert (snap["dropped"], snap["lost"]) == (0, 0)
