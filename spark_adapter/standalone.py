@@ -194,7 +194,7 @@ class ConnectServer:
                 if time.monotonic() > deadline:
                     self.__exit__()
                     raise TimeoutError(f"the Spark Connect server did not start in "
-                                       f"{self.start_timeout_s:.0f} s; see {self.folder}")
+                                       f"{self.start_timeout_s:.0f} s; see {self.folder}") from None
                 time.sleep(0.2)
 
     def __exit__(self, *exc: object) -> None:
