@@ -154,6 +154,22 @@ class SenderCore(InboundChecks):
         return self._seal(encode(Bye(self.stream, self.sender_id, "sender", self.epoch,
                                      now + self.wall_offset)), now)
 
+    def linger_wait(self, start: float, *, now: float) -> float | None:
+        """After END (sent at ``start``): how long from ``now`` to go on answering repair
+        requests, or None when done: receivers ask for a lost tail only once END shows
+        it, so wait until none came for ``linger_quiet_s`` (three ``retry_s`` if one came
+        within the last second), at most ``linger_max_s``."""
+        if self.history is None or self.seq == 0:
+            return None
+        cfg = self.history.config
+        end = start + cfg.linger_max_s
+        quiet = (cfg.linger_quiet_s if now - self.last_repair_request > 1.0
+                 else max(cfg.linger_quiet_s, 3 * cfg.retry_s))
+        quiet_until = max(start, self.last_repair_request) + quiet
+        if now >= end or (now >= quiet_until and not self.repairs_pending):
+            return None
+        return max(0.0, min(quiet_until, end) - now)
+
     # -- frames in -------------------------------------------------------------
     def on_feedback(self, buf: bytes, *, now: float) -> None:
         """A frame from the feedback channel; bad ones are counted and dropped."""

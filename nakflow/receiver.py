@@ -114,7 +114,7 @@ class Receiver:
         self._chunk = max(1, min(256, capacity_msgs // 20))
         ack_cfg = ack or AckConfig()
 
-        sockets = _open_sockets(context, data, feedback, overhear, options)
+        sockets = open_receiver_sockets(context, data, feedback, overhear, options)
         self._data, self.data_endpoints, self._fb, self.feedback_endpoints = sockets[:4]
         self._hear, self._auth = sockets[4:]
         self._wake_r, self._wake_w = os.pipe()
@@ -362,37 +362,42 @@ class Receiver:
         (in flight) and ``beyond_history`` what is still missing for good or for now;
         ``repaired`` how many of ``delivered`` came by repair.
         """
-        now = time.monotonic()
-        core = self.core
         with self._core_lock:  # the I/O thread changes the tables while it handles frames
-            core_snap = core.snapshot()
-        elapsed = (self._t_end or now) - self._t0
-        first = None if core.first_data_at is None else core.first_data_at + self._wall_offset
-        last = self._inbox.t_last_delivery
-        active = max(0.0, last - first) if first is not None and last is not None else 0.0
-        return {
-            "receiver_id": self.receiver_id,
-            "stream": self.stream,
-            "mode": self.mode,
-            "capacity_msgs": self.capacity_msgs,
-            "overflow": self.overflow,
-            "elapsed_s": round(elapsed, 6),
-            "started_at": round(self._t0 + self._wall_offset, 6),  # wall time of timeline t=0
-            "delivered": self.delivered,
-            "active_s": round(active, 6),
-            "goodput_msgs": round(self.delivered / active, 1) if active > 0 else 0.0,
-            "queued": len(self._inbox) + len(self._pending),
-            "queue_peak": self.queue_peak,
-            **core_snap,
-            "latency_ms": self.latency_ms(),
-            **self._episodes.snapshot(now=now),
-            "handler_errors": self.handler_errors,
-            "error": None if self.error is None else repr(self.error),
-            "timeline": self.timeline.as_dict(t0=self._t0),
-        }
+            core_snap = self.core.snapshot()
+        return receiver_snapshot(self, core_snap, len(self._pending))
 
 
-def _open_sockets(context: zmq.Context[zmq.Socket[bytes]] | None, data: str | Sequence[str],
+def receiver_snapshot(rx: Any, core_snap: dict[str, Any], pending: int) -> dict[str, Any]:
+    """A receiver's snapshot from its parts (shared by Receiver and AsyncReceiver)."""
+    now = time.monotonic()
+    core, inbox = rx.core, rx._inbox
+    elapsed = (rx._t_end or now) - rx._t0
+    first = None if core.first_data_at is None else core.first_data_at + rx._wall_offset
+    last = inbox.t_last_delivery
+    active = max(0.0, last - first) if first is not None and last is not None else 0.0
+    return {
+        "receiver_id": rx.receiver_id,
+        "stream": rx.stream,
+        "mode": rx.mode,
+        "capacity_msgs": rx.capacity_msgs,
+        "overflow": rx.overflow,
+        "elapsed_s": round(elapsed, 6),
+        "started_at": round(rx._t0 + rx._wall_offset, 6),  # wall time of timeline t=0
+        "delivered": inbox.delivered,
+        "active_s": round(active, 6),
+        "goodput_msgs": round(inbox.delivered / active, 1) if active > 0 else 0.0,
+        "queued": len(inbox) + pending,
+        "queue_peak": inbox.queue_peak,
+        **core_snap,
+        "latency_ms": inbox.latency_ms(),
+        **rx._episodes.snapshot(now=now),
+        "handler_errors": rx.handler_errors,
+        "error": None if rx.error is None else repr(rx.error),
+        "timeline": rx.timeline.as_dict(t0=rx._t0),
+    }
+
+
+def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None, data: str | Sequence[str],
                   feedback: str | Sequence[str], overhear: str | Sequence[str],
                   options: SocketOptions | None) -> tuple[Any, list[str], Any, list[str], Any,
                                                           Any]:

@@ -304,24 +304,14 @@ class Sender:
         self._pub.send(self.core.end(now=now))
 
     def _linger_for_repairs(self) -> None:
-        """After END, answer repair requests until none came for ``linger_quiet_s`` (three
-        ``retry_s`` if receivers asked within the last second), at most ``linger_max_s``:
-        receivers ask for a lost tail only once END shows it."""
-        core = self.core
-        if core.history is None or core.seq == 0:
-            return
-        cfg = core.history.config
+        """After END, answer repair requests while the core says to (``linger_wait``)."""
         start = time.monotonic()
-        end = start + cfg.linger_max_s
         while True:
             now = time.monotonic()
-            # receivers that are asking retry every retry_s: outwait a few of those
-            quiet = (cfg.linger_quiet_s if now - core.last_repair_request > 1.0
-                     else max(cfg.linger_quiet_s, 3 * cfg.retry_s))
-            quiet_until = max(start, core.last_repair_request) + quiet
-            if now >= end or (now >= quiet_until and not core.repairs_pending):
+            wait = self.core.linger_wait(start, now=now)
+            if wait is None:
                 return
-            self._read_feedback(now, max(0.0, min(quiet_until, end) - now))
+            self._read_feedback(now, wait)
 
     def close(self, linger_s: float | None = None) -> None:
         """Send END (again), serve repair requests for a moment, send BYE, close sockets."""
@@ -361,24 +351,29 @@ class Sender:
     # -- metrics ---------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Metrics, JSON-ready."""
-        now = time.monotonic()
-        elapsed = now - self._t0
-        core = self.core.snapshot()
-        policy = core.pop("policy")
-        return {
-            "sender_id": self.sender_id,
-            "epoch": self.epoch,
-            "stream": self.stream,
-            "mode": self.mode,
-            "sent": self.sent,
-            "frames": self.frames,
-            "bytes": self.core.bytes,
-            "elapsed_s": round(elapsed, 6),
-            "rate_msgs": round(self.sent / elapsed, 1) if elapsed > 0 else 0.0,
-            "blocked_s": round(self.blocked_s, 6),
-            "credit_stalled_s": round(self.credit_stalled_s, 6),
-            "try_refused": self.try_refused,
-            **core,
-            "policy": policy,
-            "timeline": self.core.timeline.as_dict(t0=self._t0),
-        }
+        return sender_snapshot(self)
+
+
+def sender_snapshot(tx: Any) -> dict[str, Any]:
+    """A sender's snapshot from its parts (shared by Sender and AsyncSender)."""
+    elapsed = time.monotonic() - tx._t0
+    core = tx.core.snapshot()
+    policy = core.pop("policy")
+    sent = tx.core.seq
+    return {
+        "sender_id": tx.sender_id,
+        "epoch": tx.epoch,
+        "stream": tx.stream,
+        "mode": tx.mode,
+        "sent": sent,
+        "frames": tx.core.frames,
+        "bytes": tx.core.bytes,
+        "elapsed_s": round(elapsed, 6),
+        "rate_msgs": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
+        "blocked_s": round(tx.blocked_s, 6),
+        "credit_stalled_s": round(tx.credit_stalled_s, 6),
+        "try_refused": tx.try_refused,
+        **core,
+        "policy": policy,
+        "timeline": tx.core.timeline.as_dict(t0=tx._t0),
+    }

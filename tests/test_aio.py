@@ -1,0 +1,139 @@
+"""AsyncSender / AsyncReceiver: real sockets, a real event loop, no threads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from nakflow import RepairConfig
+from nakflow.aio import AsyncReceiver, AsyncSender
+from nakflow.receiver import Receiver
+from nakflow.sender import Sender
+
+COUNT = 20_000
+
+
+async def consume(rx, count: int, out: list[int], pause_every: int = 100) -> None:
+    """A slow consumer: 5 ms of pause per 100 messages (at most ~20k msgs/s)."""
+    async for msg in rx:
+        out.append(msg.seq)
+        if len(out) % pause_every == 0:
+            await asyncio.sleep(0.005)
+        if len(out) == count:
+            return
+
+
+@pytest.mark.parametrize("mode", ["nak", "ack"])
+def test_a_slow_async_consumer_loses_nothing(mode):
+    async def main():
+        async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode=mode,
+                                 capacity_msgs=2_000) as rx:
+            got: list[int] = []
+            task = asyncio.create_task(consume(rx, COUNT, got))
+            async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode=mode) as tx:
+                await tx.wait_for_receivers(1)
+                threads = threading.active_count()
+                for _ in range(COUNT):
+                    await tx.send(b"x" * 100)
+            await asyncio.wait_for(task, 60)
+            return got, rx.snapshot(), tx.snapshot(), threads
+
+    got, rs, ts, threads = asyncio.run(main())
+    assert threads == 1  # the event loop's thread only (ZeroMQ's I/O threads are not Python's)
+    assert got == list(range(COUNT))
+    assert (rs["dropped"], rs["lost"], rs["queue_peak"] <= 2_000) == (0, 0, True)
+    assert ts["sent"] == COUNT
+    if mode == "nak":
+        assert sum(rs["naks_sent"].values()) > 0 and ts["cuts"] > 0  # the limit was applied
+    else:
+        assert rs["credits_sent"] > 0 and ts["credit_stalled_s"] > 0
+
+
+def test_none_mode_counts_every_drop():
+    async def main():
+        async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="none",
+                                 capacity_msgs=500) as rx:
+            async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="none") as tx:
+                await tx.wait_for_receivers(1)
+                await tx.send_batch([b"y" * 50] * 5_000, max_frame_msgs=100)
+            assert await rx.wait_for_ends(1, 30)
+            got = 0
+            while batch := await rx.get_many(1_000, timeout=0.5):
+                got += len(batch)
+            return got, rx.snapshot()
+
+    got, snap = asyncio.run(main())
+    assert snap["dropped"] > 0
+    assert got + snap["dropped"] + snap["lost"] == 5_000  # nothing silent
+
+
+def test_async_and_threaded_peers_speak_the_same_protocol():
+    """AsyncSender -> threaded Receiver, and threaded Sender -> AsyncReceiver, in ack."""
+    async def main():
+        threaded_rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="ack",
+                               capacity_msgs=5_000)  # holds all: consumed after END
+        try:
+            async with AsyncSender(threaded_rx.data_endpoints, threaded_rx.feedback_endpoints,
+                                   mode="ack") as tx:
+                await tx.wait_for_receivers(1)
+                await tx.send_batch([b"%d" % i for i in range(3_000)])
+            assert threaded_rx.wait_for_ends(1, 30)
+            first = [int(m.payload) for m in threaded_rx.get_many(10_000, timeout=5)]
+        finally:
+            threaded_rx.close()
+        async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="ack",
+                                 capacity_msgs=1_000) as rx:
+            second: list[int] = []
+            task = asyncio.create_task(consume(rx, 3_000, second))
+            with Sender(rx.data_endpoints, rx.feedback_endpoints, mode="ack") as tx:
+                await asyncio.to_thread(tx.wait_for_receivers, 1)
+                await asyncio.to_thread(tx.send_batch, [b"z"] * 3_000)
+            await asyncio.wait_for(task, 30)
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert sorted(first) == list(range(3_000)) and second == list(range(3_000))
+
+
+def test_try_send_says_not_now_without_waiting_when_credit_is_spent():
+    async def main():
+        async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="ack",
+                                 capacity_msgs=300) as rx:
+            tx = AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="ack")
+            await tx.wait_for_receivers(1)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            results = [tx.try_send(b"t") for _ in range(1_000)]  # nobody consumes
+            took = loop.time() - start
+            await tx.close()
+            return results, took, rx.snapshot()
+
+    results, took, snap = asyncio.run(main())
+    assert 0 < sum(results) <= 300 and not results[-1]  # at most the queue's credit
+    assert took < 5.0  # never waited (1,000 calls; generous for a noisy machine)
+    assert snap["dropped"] == 0
+
+
+def test_async_sender_repairs_what_a_lossy_receiver_missed():
+    """A threaded receiver drops 2 % of DATA on arrival (a test hook); the AsyncSender
+    answers its repair requests from history, also while it lingers in close()."""
+    async def main():
+        rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak",
+                      test_data_loss=0.02, repair=RepairConfig())
+        try:
+            async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="nak") as tx:
+                await tx.wait_for_receivers(1)
+                for i in range(5_000):
+                    await tx.send(b"%d" % i)
+            assert await asyncio.to_thread(rx.wait_for_ends, 1, 30)
+            seqs = {m.seq for m in rx.get_many(10_000, timeout=5)}
+            return seqs, rx.snapshot(), tx.snapshot()
+        finally:
+            rx.close()
+
+    seqs, rs, ts = asyncio.run(main())
+    assert rs["test_dropped"] > 0 and rs["repaired"] > 0
+    assert seqs == set(range(5_000)) and rs["lost"] == 0
+    assert ts["repair"]["requests"] > 0
