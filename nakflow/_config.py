@@ -93,6 +93,23 @@ class NakConfig:
     #: rate x that time; 0: today's fill only). Simulated, 10 receivers, 50/100/200 ms:
     #: 61/65/41 % fewer drops than today's fill, goodput 0-6 % higher.
     predict_rtts: float = 1.0
+    #: Receiver: loss in flight as congestion. Over each window_s with at least
+    #: loss_min_msgs arrivals or gaps, the share of messages found missing (a gap in the
+    #: sequence: a network queue or a ZeroMQ high-water mark dropped them) counts as this
+    #: fill, the strongest row that applies: (share >=, fill). So a receiver behind a slow
+    #: link, whose queue never fills, still slows the senders to what its link carries;
+    #: random loss below the first row's share only asks for repair. () disables it.
+    loss_fill: tuple[tuple[float, float], ...] = ((0.5, 1.0), (0.3, 0.87), (0.2, 0.75),
+                                                  (0.1, 0.5))
+    loss_min_msgs: int = 64
+    #: Receiver: queueing delay on the path as congestion (LEDBAT's measure). Each DATA
+    #: frame's one-way delay (arrival - its send stamp) minus the lowest seen from that
+    #: sender over the last minute is the time it waited in queues on the way (socket
+    #: buffers, a slow link's queue, a multicast repair); the lowest of it over each
+    #: window_s, from any sender, counts as this fill: (queueing delay >= s, fill). Clock
+    #: offsets between hosts cancel out. () disables it.
+    delay_fill: tuple[tuple[float, float], ...] = ((0.4, 1.0), (0.2, 0.87), (0.1, 0.75),
+                                                   (0.05, 0.5))
 
     def __post_init__(self) -> None:
         if not (self.min_rate_msgs > 0 and math.isfinite(self.min_rate_msgs)):
@@ -123,6 +140,18 @@ class NakConfig:
             raise ConfigError("levels must be strictly increasing")
         if not all(0 < lv <= 100 for lv in self.levels):
             raise ConfigError("levels must lie in (0, 100]")
+        shares = [share for share, _fill in self.loss_fill]
+        if shares != sorted(shares, reverse=True) or not all(
+                0 < share <= 1 and 0 < fill <= 1 for share, fill in self.loss_fill):
+            raise ConfigError("loss_fill must be (share, fill) pairs in (0, 1], shares "
+                              "decreasing")
+        delays = [at for at, _fill in self.delay_fill]
+        if delays != sorted(delays, reverse=True) or not all(
+                0 < at < math.inf and 0 < fill <= 1 for at, fill in self.delay_fill):
+            raise ConfigError("delay_fill must be (seconds > 0, fill in (0, 1]) pairs, "
+                              "seconds decreasing")
+        if self.loss_min_msgs < 1:
+            raise ConfigError("loss_min_msgs must be >= 1")
         for lv in self.levels:
             f = self.cut_factors.get(lv)
             if f is None or not 0 < f < 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ._config import NakConfig
@@ -174,3 +175,84 @@ class FillMonitor:
             "naks_predicted": self.predicted,
             "grtt_ms": round(self.rtt_s * 1000, 3),
         }
+
+
+class LossMonitor:
+    """Loss in flight as a fill: per window, the share of messages found missing among
+    those that arrived or went missing, mapped by ``loss_fill`` (see NakConfig) and held
+    until the next window closes. Counters come in cumulative; time as ``now``."""
+
+    def __init__(self, loss_fill: Sequence[tuple[float, float]], window_s: float,
+                 min_msgs: int) -> None:
+        self.loss_fill, self.window_s, self.min_msgs = tuple(loss_fill), window_s, min_msgs
+        self._start: tuple[float, int, int] | None = None
+        self.fill = 0.0
+        self.windows = 0  # windows whose loss counted as a fill
+
+    def observe(self, gaps: int, arrived: int, *, now: float) -> float:
+        """The fill that the loss of the last full window stands for (0: none)."""
+        if not self.loss_fill:
+            return 0.0
+        if self._start is None:
+            self._start = (now, gaps, arrived)
+            return 0.0
+        t0, g0, a0 = self._start
+        if now - t0 < self.window_s:
+            return self.fill
+        lost, total = gaps - g0, gaps - g0 + arrived - a0
+        self.fill = 0.0
+        if total >= self.min_msgs:
+            share = lost / total
+            self.fill = next((fill for at, fill in self.loss_fill if share >= at), 0.0)
+            self.windows += self.fill > 0
+        self._start = (now, gaps, arrived)
+        return self.fill
+
+
+DELAY_BASE_S = 60.0  # the base delay is the lowest of this long (in 6 buckets)
+DELAY_SENDERS = 1024  # senders whose delay is followed at once, at most (least recent out)
+
+
+class DelayMonitor:
+    """Queueing delay on the path as a fill: per sender, one-way delay minus its lowest
+    of the last DELAY_BASE_S (so clock offsets cancel); per window, the lowest of that
+    (a standing queue, not jitter), the largest over senders, mapped by ``delay_fill``
+    (see NakConfig) and held until the next window closes."""
+
+    def __init__(self, delay_fill: Sequence[tuple[float, float]], window_s: float) -> None:
+        self.delay_fill, self.window_s = tuple(delay_fill), window_s
+        self._win: dict[str, float] = {}  # sender -> lowest delay in this window
+        self._base: dict[str, list[list[float]]] = {}  # sender -> [[bucket start, min]]
+        self._t: float | None = None
+        self.fill = 0.0
+        self.queueing_s = 0.0
+        self.windows = 0  # windows whose delay counted as a fill
+
+    def on_delay(self, sender: str, delay_s: float) -> None:
+        win = self._win
+        if delay_s < win.get(sender, math.inf):
+            win[sender] = delay_s
+
+    def observe(self, *, now: float) -> float:
+        if not self.delay_fill:
+            return 0.0
+        if self._t is None or now - self._t >= self.window_s:
+            self._t, win, self._win = now, self._win, {}
+            self.queueing_s = max((self._queueing(s, d, now) for s, d in win.items()),
+                                  default=0.0)
+            self.fill = next((f for at, f in self.delay_fill if self.queueing_s >= at), 0.0)
+            self.windows += self.fill > 0
+        return self.fill
+
+    def _queueing(self, sender: str, lowest: float, now: float) -> float:
+        buckets = self._base.pop(sender, None) or []
+        self._base[sender] = buckets  # (re)inserted last: the most recently heard
+        if len(self._base) > DELAY_SENDERS:
+            del self._base[next(iter(self._base))]
+        if not buckets or now - buckets[-1][0] >= DELAY_BASE_S / 6:
+            buckets.append([now, lowest])
+            while now - buckets[0][0] > DELAY_BASE_S:
+                del buckets[0]
+        elif lowest < buckets[-1][1]:
+            buckets[-1][1] = lowest
+        return max(0.0, lowest - min(b[1] for b in buckets))

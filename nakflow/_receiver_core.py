@@ -19,7 +19,7 @@ from ._auth import FrameAuth, SharedKey
 from ._codec import Bye, Data, End, Frame, Gone, Hello, RData, Repair, decode, decode_data, encode
 from ._config import AckConfig, NakConfig, RepairConfig
 from ._errors import ConfigError
-from ._fill import Uniform
+from ._fill import DelayMonitor, LossMonitor, Uniform
 from ._flow import is_other_modes_feedback, make_receiver_flow
 from ._inbound import InboundChecks
 from ._repair import RepairRequester
@@ -84,7 +84,11 @@ class ReceiverCore(InboundChecks):
         self.test_dropped = 0
         self.max_frame_bytes = max_frame_bytes
         self.wall_offset = wall_offset
-        self.window_s = (nak or NakConfig()).window_s
+        ncfg = nak or NakConfig()
+        self.window_s = ncfg.window_s
+        self.loss = LossMonitor(ncfg.loss_fill if mode == "nak" else (), ncfg.window_s,
+                                ncfg.loss_min_msgs)
+        self.delay = DelayMonitor(ncfg.delay_fill if mode == "nak" else (), ncfg.window_s)
         self.ends: dict[Key, int] = {}
         self.ends_changed = 0
         self._hellos: dict[Key, None] = {}  # senders heard saying HELLO
@@ -154,6 +158,7 @@ class ReceiverCore(InboundChecks):
         if self.first_data_at is None:
             self.first_data_at = now
         self.messages_in += count
+        self.delay.on_delay(sender, now + self.wall_offset - ts)
         ranges = self.tracker.on_data(sender, epoch, seq, count)
         self.flow.on_sender(key, seq + count, now=now)
         if len(ranges) == 1 and ranges[0] == (0, count):  # all new: the usual case
@@ -247,6 +252,10 @@ class ReceiverCore(InboundChecks):
         if self.dropped > self._dropped_seen:  # overflowed since the last look: it was full
             self._dropped_seen = self.dropped
             seen = self.capacity_msgs
+        loss_fill = self.loss.observe(self.tracker.gap_msgs, self.tracker.arrived, now=now)
+        path_fill = max(loss_fill, self.delay.observe(now=now))
+        if path_fill:  # the path queues or drops what it cannot carry: as if our queue were
+            seen = max(seen, math.ceil(path_fill * self.capacity_msgs))
         if behind_since is not None:
             behind = (now - behind_since) / self.window_s
             for windows, fill in SATURATION_FILL:
@@ -296,4 +305,7 @@ class ReceiverCore(InboundChecks):
             "feedback_bytes": self.feedback_bytes,
             "senders": self.tracker.per_sender(),
             "io_saturated_polls": self.saturated_polls,
+            "loss_windows": self.loss.windows,
+            "delay_windows": self.delay.windows,
+            "queueing_ms": round(self.delay.queueing_s * 1000, 3),
         }

@@ -119,6 +119,8 @@ class SequenceTracker:
         self._ended: dict[tuple[str, int], None] = {}  # ended streams, oldest END first
         self._seen: dict[str, _IntervalSet] = {}  # least recently heard first
         self._intervals = 0  # over all of _seen
+        self.arrived = 0  # messages in DATA frames, ever (repairs not included)
+        self.gap_msgs = 0  # messages found missing in flight (a gap in a stream), ever
         self.evicted = 0
         self.seen_evicted = 0
 
@@ -133,8 +135,10 @@ class SequenceTracker:
         streams[key] = st
         end = seq + count
         st.received += count
+        self.arrived += count
         if seq > st.next_seq:
             st.lost += seq - st.next_seq
+            self.gap_msgs += seq - st.next_seq
             if self.repair:
                 self._gaps(key, st).add(st.next_seq, seq, LOST, -1.0)
         overlap = max(0, min(end, st.next_seq) - seq)

@@ -27,6 +27,14 @@ else
   log "not root or not Debian: using the pyzmq wheel, epgm:// multicast will be unavailable"
 fi
 
+# Debian's Prometheus Pushgateway, for the test of Spark tasks pushing their metrics
+if ! command -v prometheus-pushgateway >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
+    && command -v apt-get >/dev/null 2>&1; then
+  log "installing Debian's prometheus-pushgateway ..."
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      prometheus-pushgateway; } >/dev/null || log "apt-get failed: no Pushgateway test"
+fi
+
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install --upgrade pip >/dev/null

@@ -42,6 +42,9 @@ class WriterConfig:
         shared_key_file: seal and check every frame with the shared key in this file
             (``nakflow keygen --shared``; for multicast, where CURVE cannot go). Each
             executor reads it from that path: the key never travels in the task closure.
+        pushgateway: a Prometheus Pushgateway URL (``http://host:9091``); each task pushes
+            its sender's metrics there when it ends (needs ``nakflow[metrics]`` on the
+            executors; a failed push is logged and never fails the task).
     """
 
     data: Sequence[str] | str  # stored as a tuple of URIs
@@ -61,6 +64,7 @@ class WriterConfig:
     linger_s: float = 5.0
     options: SocketOptions | None = None
     shared_key_file: str | None = None
+    pushgateway: str | None = None
 
     def __post_init__(self) -> None:
         check_mode(self.mode)

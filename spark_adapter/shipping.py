@@ -28,6 +28,8 @@ from typing import Any
 PACKAGES = ("nakflow", "transports", "spark_adapter")
 #: Installed distributions the task code imports, shipped with their compiled parts.
 DISTRIBUTIONS = ("pyzmq", "msgpack")
+#: Shipped too when installed (pure Python): Pushgateway pushes from tasks.
+OPTIONAL_DISTRIBUTIONS = ("prometheus-client",)
 #: What a probe task tries to import on an executor.
 MODULES = (*PACKAGES, "zmq", "msgpack")
 #: The folder the bundle is unpacked into, in each executor's working directory.
@@ -70,6 +72,11 @@ def _distribution_files(name: str) -> Iterator[tuple[str, str]]:
 def bundle_contents() -> list[tuple[str, str]]:
     files = [f for name in PACKAGES for f in _package_files(name)]
     files += [f for name in DISTRIBUTIONS for f in _distribution_files(name)]
+    for name in OPTIONAL_DISTRIBUTIONS:  # shipped when installed here
+        try:
+            files += list(_distribution_files(name))
+        except metadata.PackageNotFoundError:
+            pass
     return sorted(files, key=lambda f: f[1])
 
 

@@ -101,6 +101,15 @@ def current_task(run_id: str) -> TaskIdentity:
                         ctx.taskAttemptId())
 
 
+def _push(gateway: str, snap: dict[str, Any]) -> None:
+    try:
+        from nakflow.prometheus import push_metrics
+
+        push_metrics(gateway, snap, job="nakflow-spark")
+    except Exception as exc:  # metrics must never fail the task that sent the rows
+        log.warning("pushing metrics to %s failed: %s", gateway, exc)
+
+
 def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIdentity,
                    ) -> dict[str, Any]:
     """Send ``rows`` as one sender (id and epoch from ``identity``); return its metrics.
@@ -142,6 +151,8 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
             log.warning("sender %s epoch %d failed after %d rows; leaving without END",
                         identity.sender_id, identity.attempt, sender.sent)
             sender.abort(linger_s=config.linger_s)
+        if config.pushgateway:
+            _push(config.pushgateway, sender.snapshot())
     naks = {str(k): int(v) for k, v in (snap.get("naks_received") or {}).items()}
     elapsed = time.monotonic() - t0
     return {

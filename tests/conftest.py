@@ -1,4 +1,9 @@
 import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
 
 import pytest
 
@@ -35,3 +40,36 @@ def spark(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     session = spark_session(SPARK_MASTERS[request.param], "nakflow-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture()
+def pushgateway():
+    """Debian's prometheus-pushgateway on 127.0.0.1 (scripts/setup.sh installs it)."""
+    exe = shutil.which("prometheus-pushgateway")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("prometheus-pushgateway must be installed in CI (scripts/setup.sh)")
+        pytest.skip("prometheus-pushgateway is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([exe, f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            urllib.request.urlopen(f"{url}/-/ready", timeout=1)
+            return True
+        except OSError:
+            return False
+
+    try:
+        deadline = time.monotonic() + 30
+        while not up():
+            assert time.monotonic() < deadline, "the pushgateway did not start"
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -1,5 +1,6 @@
 """A driver program for the standalone-cluster tests, run as its own process (as a user's
-job is): ``python -m tests.standalone_job MASTER EXECUTOR_PYTHON DATA FEEDBACK ROWS``.
+job is): ``python -m tests.standalone_job MASTER EXECUTOR_PYTHON DATA FEEDBACK ROWS SHIP
+[PUSHGATEWAY]``.
 
 It sends ``ROWS`` rows in two partitions through the foreachPartition writer, with the
 first attempt of partition 1 failing mid-way (Spark retries it), and prints the tasks'
@@ -19,7 +20,8 @@ from tests.test_spark_adapter import example_frame, fail_first_attempt
 
 
 def main(argv: list[str]) -> int:
-    master, python, data, feedback, rows, ship = argv
+    master, python, data, feedback, rows, ship, *rest = argv
+    pushgateway = rest[0] if rest else None
     try:
         spark = spark_session(master, "nakflow-standalone-test", ship=ship,
                               executor_python=python)
@@ -28,7 +30,7 @@ def main(argv: list[str]) -> int:
         return 3
     try:
         cfg = WriterConfig(data.split(","), feedback.split(","), stream="test",
-                           wait_receivers=1,
+                           wait_receivers=1, pushgateway=pushgateway,
                            serializer=fail_first_attempt(partition=1, after_rows=1_500))
         metrics = send_with_metrics(example_frame(spark, int(rows), 2), cfg).collect()
         print(json.dumps([m.asDict(recursive=True) for m in metrics]))

@@ -131,3 +131,67 @@ def test_rtt_scaled_holdoff_stays_below_the_window():
     assert m.next_deadline() == pytest.approx(0.0 + 0.02 * 0.999 / 1, rel=0.5)
     m.set_rtt(10.0)
     assert m._backoff_s == pytest.approx(0.9 * cfg.window_s)
+
+
+# -- the path as congestion: loss in flight and queueing delay -----------------------
+def test_loss_in_flight_counts_as_fill_by_its_share_per_window():
+    from nakflow._fill import LossMonitor
+
+    m = LossMonitor(NakConfig().loss_fill, window_s=0.05, min_msgs=64)
+    assert m.observe(0, 0, now=0.0) == 0.0  # the first call starts a window
+    assert m.observe(1, 99, now=0.06) == 0.0  # 1 % missing: repair's business only
+    assert m.observe(1 + 12, 99 + 88, now=0.12) == 0.5  # 12 %: the lowest level
+    assert m.observe(13, 187, now=0.14) == 0.5  # held until the window closes
+    assert m.observe(13 + 60, 187 + 40, now=0.18) == 1.0  # 60 %: a full queue's worth
+    assert m.observe(73 + 10, 227 + 20, now=0.24) == 0.0  # too few messages to judge
+    assert m.windows == 2
+
+
+def test_queueing_delay_counts_as_fill_and_clock_offsets_cancel():
+    from nakflow._fill import DelayMonitor
+
+    m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
+    t = 0.0
+    for _ in range(4):  # sender a's clock is 3 s behind ours, b's 2 s ahead; no queue
+        m.on_delay("a", 3.0 + 0.001)
+        m.on_delay("b", -2.0 + 0.001)
+        t += 0.06
+        assert m.observe(now=t) == 0.0
+    m.on_delay("a", 3.0 + 0.001 + 0.12)  # a's path now queues 120 ms ...
+    m.on_delay("a", 3.0 + 0.001 + 0.30)  # ... (the lowest of the window counts)
+    m.on_delay("b", -2.0 + 0.001)
+    assert m.observe(now=t + 0.06) == 0.75 and m.queueing_s == pytest.approx(0.12)
+    assert m.observe(now=t + 0.08) == 0.75  # held within the window
+    m.on_delay("a", 3.0 + 0.001 + 0.45)
+    assert m.observe(now=t + 0.12) == 1.0
+    assert m.observe(now=t + 0.18) == 0.0  # nothing arrived in that window: no evidence
+
+
+def test_a_standing_delay_older_than_the_base_period_becomes_the_new_base():
+    from nakflow._fill import DELAY_BASE_S, DelayMonitor
+
+    m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
+    m.on_delay("a", 0.001)
+    m.observe(now=0.0)
+    t = 0.0
+    while t < DELAY_BASE_S + 20:  # a route change: 80 ms more, for good
+        t += 0.05
+        m.on_delay("a", 0.081)
+        m.observe(now=t)
+    assert m.queueing_s == pytest.approx(0.0)
+
+
+def test_path_signals_are_checked_and_can_be_switched_off():
+    with pytest.raises(ConfigError):
+        NakConfig(loss_fill=((0.1, 0.5), (0.2, 0.75)))  # shares must decrease
+    with pytest.raises(ConfigError):
+        NakConfig(delay_fill=((0.0, 0.5),))
+    from nakflow._receiver_core import ReceiverCore
+
+    core = ReceiverCore(mode="nak", stream="s", receiver_id="r", capacity_msgs=100,
+                        nak=NakConfig(loss_fill=(), delay_fill=()), max_streams=10,
+                        max_frame_bytes=1 << 20)
+    core.tracker.on_data("x", 1, 0, 10)
+    core.tracker.on_data("x", 1, 1_000, 10)  # 990 missing
+    for i in range(5):
+        assert core.seen_depth(0, None, now=i * 0.05) == 0

@@ -195,3 +195,19 @@ def test_send_serves_metrics_while_it_runs(tmp_path):
         rx.close()
         if proc.poll() is None:
             proc.kill()
+
+
+def test_spark_style_push_reaches_a_real_pushgateway(pushgateway):
+    from nakflow.prometheus import push_metrics
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", stream="p") as rx, \
+            Sender(rx.data_endpoints, rx.feedback_endpoints, stream="p") as tx:
+        tx.wait_for_receivers(1)
+        tx.send_batch([b"q"] * 1_234)
+        snap = tx.snapshot()
+    push_metrics(pushgateway, snap, job="nakflow-test")
+    page = scrape(f"{pushgateway}/metrics")
+    assert value(page, "nakflow_messages_sent_total", job="nakflow-test",
+                 id=snap["sender_id"]) == 1_234
+    assert value(page, "nakflow_frames_sent_total", job="nakflow-test",
+                 id=snap["sender_id"]) == snap["frames"]

@@ -39,9 +39,9 @@ def bare_python(tmp_path_factory) -> str:
     return python
 
 
-def run_job(cluster, python: str, rx: Collecting, rows: int, ship: str):
+def run_job(cluster, python: str, rx: Collecting, rows: int, ship: str, *extra: str):
     cmd = [sys.executable, "-m", "tests.standalone_job", cluster.master, python,
-           ",".join(rx.data), ",".join(rx.feedback), str(rows), ship]
+           ",".join(rx.data), ",".join(rx.feedback), str(rows), ship, *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
@@ -68,11 +68,14 @@ def test_executors_without_nakflow_fail_with_one_clear_line(cluster, bare_python
     assert rx.receivers[0].snapshot()["delivered"] == 0
 
 
-def test_shipped_writer_delivers_every_row_once_across_a_task_retry(cluster, bare_python):
+def test_shipped_writer_delivers_every_row_once_across_a_task_retry(cluster, bare_python,
+                                                                    pushgateway):
+    """... and each task pushes its metrics to a real Pushgateway (prometheus_client
+    went with the bundle: the executors' Python has none)."""
     rows = 8_000
     rx = Collecting(1, "nak")
     try:
-        run = run_job(cluster, bare_python, rx, rows, ship="auto")
+        run = run_job(cluster, bare_python, rx, rows, "auto", pushgateway)
         assert run.returncode == 0, run.stderr[-3000:] + cluster.logs()[-6000:]
         snap = rx.finish(2)[0]
     finally:
@@ -84,6 +87,14 @@ def test_shipped_writer_delivers_every_row_once_across_a_task_retry(cluster, bar
     p1 = sorted((s for s in snap["senders"] if s["sender"].endswith("/p1")),
                 key=lambda s: s["epoch"])
     assert [(s["epoch"], s["status"]) for s in p1] == [(0, "incomplete"), (1, "complete")]
+    from tests.test_service import scrape, value
+
+    page = scrape(f"{pushgateway}/metrics")
+    for m in metrics.values():  # the last push per task id: the attempt that completed
+        sender = next(s["sender"] for s in snap["senders"]
+                      if s["sender"].endswith(f"/p{m['partition']}"))
+        assert value(page, "nakflow_messages_sent_total", job="nakflow-spark",
+                     id=sender) == m["rows"] == rows // 2
 
 
 def test_eval_on_its_own_standalone_cluster(bare_python):

@@ -1,0 +1,246 @@
+"""An emulated multi-host network for trying the modes over real IP multicast (epgm).
+
+    sudo .venv/bin/python -m benchmarks.lab                  # nak, ack, none; a table
+    sudo .venv/bin/python -m benchmarks.lab --bottleneck 8mbit --modes nak --json
+
+Each host is its own network namespace with one interface (``eth0``, 10.99.0.N/24)
+joined by a Linux bridge that lives in a namespace of its own, so nothing of it touches
+the machine's real interfaces: multicast (224.0.0.0/4) is routed to ``eth0`` inside each
+host only. Host ``tx`` sends; ``rx1``..``rxN`` receive as separate processes
+(``nakflow send`` / ``nakflow receive``). The last receiver's link is a bottleneck: a
+``tbf`` qdisc on the bridge's port towards it (what a slow WAN link or a congested
+switch port does: it queues, then drops). Needs root, iproute2 and a pyzmq with OpenPGM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from nakflow.tables import format_table
+
+SUBNET = "10.99.0"
+DATA_GROUP, FEEDBACK_GROUP = "239.193.7.1:5601", "239.193.7.2:5602"
+LAB_NOTES = {"receiver": "rx1, rx2 on full-speed links; the last one behind the --bottleneck "
+                        "link (a tbf qdisc)",
+             "link": "the receiver's link: bridge port rate (tbf) or 'full'",
+             "repair_reqs": "repair requests this receiver sent (nak mode)"}
+
+
+def lab_unavailable() -> str | None:
+    """Why the lab cannot run here, or None if it can."""
+    import zmq
+
+    if not zmq.has("pgm"):
+        return "pyzmq has no OpenPGM (zmq.has('pgm') is False): run scripts/setup.sh as root"
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"{tool} (iproute2) is not installed"
+    return None
+
+
+def _ip(*args: str) -> None:
+    run = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {run.stderr.strip()}")
+
+
+class Lab:
+    """``with Lab(["tx", "rx1", "rx2", "rx3"], bottleneck={"rx3": "8mbit"}) as lab:``"""
+
+    def __init__(self, hosts: Sequence[str], bottleneck: dict[str, str] | None = None,
+                 prefix: str | None = None, queue_ms: int = 200) -> None:
+        self.hosts = list(hosts)
+        self.queue_ms = queue_ms
+        self.bottleneck = dict(bottleneck or {})
+        self.prefix = prefix or f"nfl{os.getpid()}"
+        self.switch = f"{self.prefix}-sw"
+        self.address = {h: f"{SUBNET}.{i + 1}" for i, h in enumerate(self.hosts)}
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def ns(self, host: str) -> str:
+        return f"{self.prefix}-{host}"
+
+    def __enter__(self) -> Lab:
+        try:
+            self._build()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _build(self) -> None:
+        _ip("netns", "add", self.switch)
+        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
+        _ip("-n", self.switch, "link", "set", "br0", "up")
+        for i, host in enumerate(self.hosts):
+            ns, port = self.ns(host), f"p{i}"
+            _ip("netns", "add", ns)
+            # the pair is made inside the switch's namespace, its far end moved to the host:
+            # it never exists in the machine's own namespace
+            _ip("-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+                "netns", ns)
+            _ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", ns, "addr", "add", f"{self.address[host]}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up", "multicast", "on")
+            _ip("-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0")
+            rate = self.bottleneck.get(host)
+            if rate:  # traffic from the bridge to this host passes the token bucket
+                run = subprocess.run(
+                    ["ip", "netns", "exec", self.switch, "tc", "qdisc", "add", "dev", port,
+                     "root", "tbf", "rate", rate, "burst", "32kb", "latency",
+                     f"{self.queue_ms}ms"],
+                    capture_output=True, text=True)
+                if run.returncode != 0:
+                    raise RuntimeError(f"tc tbf on {port}: {run.stderr.strip()}")
+
+    def popen(self, host: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(["ip", "netns", "exec", self.ns(host), *argv], text=True, **kw)
+        self.procs.append(proc)
+        return proc
+
+    def endpoint(self, host: str, group: str) -> str:
+        return f"epgm://{self.address[host]};{group}"
+
+    def qdisc_stats(self, host: str) -> str:
+        port = f"p{self.hosts.index(host)}"
+        return subprocess.run(["ip", "netns", "exec", self.switch, "tc", "-s", "qdisc", "show",
+                               "dev", port], capture_output=True, text=True).stdout
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        for name in [self.ns(h) for h in self.hosts] + [self.switch]:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def nakflow(*args: str) -> list[str]:
+    return [sys.executable, "-m", "nakflow", *args]
+
+
+def endpoints(lab: Lab, transport: str) -> dict[str, tuple[str, str]]:
+    """(data, feedback) per host: the multicast groups on each host's address (epgm), or
+    each receiver's own TCP ports, which the sender connects to all of (tcp)."""
+    if transport == "epgm":
+        return {h: (lab.endpoint(h, DATA_GROUP), lab.endpoint(h, FEEDBACK_GROUP))
+                for h in lab.hosts}
+    rxs = lab.hosts[1:]
+    out = {h: (f"tcp://{lab.address[h]}:5601", f"tcp://{lab.address[h]}:5602") for h in rxs}
+    out[lab.hosts[0]] = (",".join(out[h][0] for h in rxs), ",".join(out[h][1] for h in rxs))
+    return out
+
+
+def run_mode(lab: Lab, mode: str, *, count: int, size: int, timeout_s: float,
+             transport: str = "epgm", capacity: int = 5_000) -> dict[str, Any]:
+    """One sender on ``lab.hosts[0]``, a receiver on each other host; their snapshots."""
+    tx, rxs = lab.hosts[0], lab.hosts[1:]
+    eps = endpoints(lab, transport)
+    tmp = tempfile.mkdtemp(prefix="nakflow-lab-")
+    procs = {}
+    for host in rxs:
+        ready = os.path.join(tmp, f"{host}.json")
+        procs[host] = lab.popen(host, nakflow(
+            "receive", "--data", eps[host][0], "--feedback", eps[host][1], "--mode", mode,
+            "--id", host, "--capacity", str(capacity), "--senders", "1",
+            "--duration", str(timeout_s), "--json", "--ready-file", ready),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    for host in rxs:
+        while not os.path.exists(os.path.join(tmp, f"{host}.json")):
+            if procs[host].poll() is not None or time.monotonic() > deadline:
+                why = procs[host].stderr.read() if procs[host].stderr else ""
+                raise RuntimeError(f"receiver {host} did not start: {why}")
+            time.sleep(0.05)
+    t0 = time.monotonic()
+    sender = lab.popen(tx, nakflow(
+        "send", "--data", eps[tx][0], "--feedback", eps[tx][1], "--mode", mode, "--id", "tx",
+        "--count", str(count), "--size", str(size), "--wait-receivers", str(len(rxs)),
+        "--wait-timeout", "30", "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = sender.communicate(timeout=timeout_s + 60)
+    if sender.returncode != 0:
+        raise RuntimeError(f"sender failed ({sender.returncode}): {err[-2000:]}")
+    send_s = time.monotonic() - t0
+    result: dict[str, Any] = {"mode": mode, "transport": transport, "send_s": send_s,
+                              "sender": json.loads(out), "receivers": {}}
+    for host, proc in procs.items():
+        out, err = proc.communicate(timeout=timeout_s + 60)
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"receiver {host} failed ({proc.returncode}): {err[-2000:]}")
+        result["receivers"][host] = json.loads(out)
+    result["bottleneck_qdisc"] = {h: lab.qdisc_stats(h) for h in lab.bottleneck}
+    shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def table_rows(results: list[dict[str, Any]], lab: Lab, count: int) -> list[dict[str, Any]]:
+    rows = []
+    for res in results:
+        for host, snap in res["receivers"].items():
+            rows.append({
+                "mode": res["mode"], "transport": res["transport"], "receiver": host,
+                "link": lab.bottleneck.get(host, "full"),
+                "rows_per_s": round(count / res["send_s"]),
+                "goodput": round(snap["goodput_msgs"]), "delivered": snap["delivered"],
+                "missing": count - snap["delivered"], "dropped": snap["dropped"],
+                "repaired": snap["repaired"], "lost": snap["lost"],
+                "beyond_history": snap["beyond_history"],
+                "naks": sum(snap["naks_sent"].values()), "credits": snap["credits_sent"],
+                "repair_reqs": (snap["repair"] or {}).get("requests_sent", 0)})
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.lab", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--modes", default="nak,ack,none", help="comma-separated modes to run")
+    p.add_argument("--transport", choices=("epgm", "tcp"), default="epgm",
+                   help="IP multicast (PGM over UDP), or TCP to each receiver host")
+    p.add_argument("--receivers", type=int, default=3, help="receiver hosts (last: slow link)")
+    p.add_argument("--bottleneck", default="8mbit",
+                   help="tbf rate of the last receiver's link (tc units: kbit, mbit)")
+    p.add_argument("--queue-ms", type=int, default=200,
+                   help="the bottleneck's queue, as milliseconds at its rate (tbf latency); "
+                        "past it the link drops")
+    p.add_argument("--count", type=int, default=20_000, help="messages per mode")
+    p.add_argument("--size", type=int, default=1_000, help="payload bytes per message")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per mode, at most")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    why = lab_unavailable()
+    if why:
+        print(f"lab: cannot run: {why}", file=sys.stderr)
+        return 2
+    hosts = ["tx", *(f"rx{i + 1}" for i in range(args.receivers))]
+    results = []
+    with Lab(hosts, bottleneck={hosts[-1]: args.bottleneck}, queue_ms=args.queue_ms) as lab:
+        for mode in (m.strip() for m in args.modes.split(",") if m.strip()):
+            print(f"[lab] mode {mode}: {args.count:,} messages of {args.size} bytes, "
+                  f"{args.receivers} receivers, {hosts[-1]} behind {args.bottleneck} ...",
+                  file=sys.stderr, flush=True)
+            results.append(run_mode(lab, mode, count=args.count, size=args.size,
+                                    timeout_s=args.timeout, transport=args.transport))
+        rows = table_rows(results, lab, args.count)
+    if args.json:
+        print(json.dumps({"rows": rows, "runs": results}, default=str))
+    else:
+        print(format_table(rows, notes=LAB_NOTES))
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -1,0 +1,67 @@
+"""The multi-host lab: four network namespaces (a sender host, three receiver hosts) on a
+Linux bridge in a fifth, the last receiver behind an 8 Mbit/s tbf link; sender and
+receivers are separate `nakflow` processes. Checks that NAK mode slows the sender to what
+the bottleneck link carries (a network bottleneck, not a slow consumer), with every
+message accounted for."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from benchmarks.lab import Lab, lab_unavailable, run_mode
+
+pytestmark = [pytest.mark.slow, pytest.mark.multicast]
+HOSTS = ["tx", "rx1", "rx2", "rx3"]
+COUNT, SIZE = 8_000, 1_000  # 8 MB: 8 s at the bottleneck's 8 Mbit/s
+
+
+@pytest.fixture(scope="module")
+def lab():
+    why = lab_unavailable()
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the lab must run in CI: {why}")
+        pytest.skip(why)
+    with Lab(HOSTS, bottleneck={"rx3": "8mbit"}, queue_ms=200) as running:
+        yield running
+
+
+def test_hosts_are_separate_namespaces_with_their_own_addresses(lab):
+    import subprocess
+
+    for host in HOSTS:
+        out = subprocess.run(["ip", "-n", lab.ns(host), "-4", "addr", "show", "eth0"],
+                             capture_output=True, text=True, check=True).stdout
+        assert f"{lab.address[host]}/24" in out
+    assert "tbf" in lab.qdisc_stats("rx3") and "rate 8Mbit" in lab.qdisc_stats("rx3")
+
+
+def test_nak_slows_the_sender_to_the_bottleneck_link_and_loses_nothing(lab):
+    run = run_mode(lab, "nak", count=COUNT, size=SIZE, timeout_s=90, transport="tcp")
+    rx = run["receivers"]
+    for host in ("rx1", "rx2", "rx3"):
+        snap = rx[host]
+        assert (snap["delivered"], snap["lost"], snap["dropped_unrepaired"]) == (COUNT, 0, 0), (
+            host, {k: snap[k] for k in ("delivered", "lost", "dropped", "queueing_ms")})
+        assert snap["senders"][0]["status"] == "complete"
+    slow = rx["rx3"]
+    assert sum(slow["naks_sent"].values()) > 0 and slow["delay_windows"] > 0
+    assert sum(rx[h]["naks_sent"].values() for h in ("rx1", "rx2")) == 0  # their queues
+    # never filled: the link, not a consumer, is what the sender adapted to
+    assert slow["queue_peak"] < 0.5 * 5_000
+    assert run["sender"]["cuts"] > 0
+    # 8 Mbit/s carries at most ~1,000 of these messages a second: the sender kept to it
+    assert COUNT / run["send_s"] < 1_300, run["send_s"]
+
+
+def test_without_flow_control_the_bottleneck_receiver_misses_data_and_says_so(lab):
+    run = run_mode(lab, "none", count=COUNT, size=SIZE, timeout_s=30, transport="tcp")
+    fast, slow = run["receivers"]["rx1"], run["receivers"]["rx3"]
+    assert fast["delivered"] == COUNT
+    assert slow["delivered"] < COUNT
+    # the sender left before the link could carry the rest: the stream is reported
+    # incomplete (END never reached it), not silently complete
+    assert [s["status"] for s in slow["senders"]] == ["incomplete"]
+    assert slow["senders"][0]["final_seq"] is None
