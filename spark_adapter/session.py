@@ -63,9 +63,11 @@ def spark_session(master: str = "local[*]", app: str = "nakflow",
     elif is_loopback_master(master):
         settings.update({"spark.driver.host": "127.0.0.1",
                          "spark.driver.bindAddress": "127.0.0.1"})
-    if executor_python:
-        settings["spark.pyspark.python"] = executor_python
     settings.update(conf or {})
+    python = executor_python or (conf or {}).get("spark.pyspark.python")
+    if python:  # PySpark takes the executors' Python from the driver's environment
+        settings["spark.pyspark.python"] = python
+        os.environ["PYSPARK_PYTHON"] = python
     local = is_local_master(master)
     if ship == "bundle" or (ship == "auto" and not local):
         settings.update(bundle_conf(build_bundle(), settings))

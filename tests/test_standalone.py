@@ -62,6 +62,7 @@ def test_executors_without_nakflow_fail_with_one_clear_line(cluster, bare_python
     errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, run.stderr[-3000:]
     assert "Spark executors cannot import nakflow" in errors[0]
+    assert f"Python {bare_python} (3." in errors[0]  # the executors ran the Python asked for
     assert "lacks nakflow, transports, spark_adapter, zmq, msgpack" in errors[0]
     assert "ship=" in errors[0] and "spark.pyspark.python" in errors[0]  # what to do
     assert "Traceback" not in run.stderr and "Py4J" not in run.stderr
