@@ -211,37 +211,67 @@ class LossMonitor:
 
 DELAY_BASE_S = 60.0  # the base delay is the lowest of this long (in 6 buckets)
 DELAY_SENDERS = 1024  # senders whose delay is followed at once, at most (least recent out)
+#: A sender whose frames were queueing and then stopped coming (a multicast repair
+#: holding everything behind a lost packet, a link that drops all) counts as queueing
+#: more for every second of silence, for this long at most, s.
+DELAY_SILENCE_S = 5.0
 
 
 class DelayMonitor:
     """Queueing delay on the path as a fill: per sender, one-way delay minus its lowest
     of the last DELAY_BASE_S (so clock offsets cancel); per window, the lowest of that
     (a standing queue, not jitter), the largest over senders, mapped by ``delay_fill``
-    (see NakConfig) and held until the next window closes."""
+    (see NakConfig) and held until the next window closes. A sender that was queueing
+    (at least the first level) and falls silent without END counts as queueing its last
+    delay plus the silence, for up to DELAY_SILENCE_S: no frames is no evidence of an
+    empty path, and from a congested one it is evidence of worse."""
 
     def __init__(self, delay_fill: Sequence[tuple[float, float]], window_s: float) -> None:
         self.delay_fill, self.window_s = tuple(delay_fill), window_s
         self._win: dict[str, float] = {}  # sender -> lowest delay in this window
         self._base: dict[str, list[list[float]]] = {}  # sender -> [[bucket start, min]]
+        self._congested: dict[str, tuple[float, float]] = {}  # sender -> (queueing, at)
         self._t: float | None = None
         self.fill = 0.0
         self.queueing_s = 0.0
         self.windows = 0  # windows whose delay counted as a fill
+        self.silent_windows = 0  # ... of those, on a congested sender's silence
 
     def on_delay(self, sender: str, delay_s: float) -> None:
         win = self._win
         if delay_s < win.get(sender, math.inf):
             win[sender] = delay_s
 
+    def forget(self, sender: str) -> None:
+        """The sender ended or left: its silence means nothing."""
+        self._congested.pop(sender, None)
+
     def observe(self, *, now: float) -> float:
         if not self.delay_fill:
             return 0.0
         if self._t is None or now - self._t >= self.window_s:
             self._t, win, self._win = now, self._win, {}
-            self.queueing_s = max((self._queueing(s, d, now) for s, d in win.items()),
-                                  default=0.0)
+            first = self.delay_fill[-1][0]
+            worst = 0.0
+            for sender, lowest in win.items():
+                q = self._queueing(sender, lowest, now)
+                if q >= first:
+                    self._congested[sender] = (q, now)
+                else:
+                    self._congested.pop(sender, None)
+                worst = max(worst, q)
+            silent = 0.0
+            for sender, (q, at) in list(self._congested.items()):
+                if sender in win:
+                    continue
+                if now - at > DELAY_SILENCE_S:
+                    del self._congested[sender]
+                else:
+                    silent = max(silent, q + now - at)
+            self.queueing_s = max(worst, silent)
             self.fill = next((f for at, f in self.delay_fill if self.queueing_s >= at), 0.0)
             self.windows += self.fill > 0
+            self.silent_windows += silent > worst
         return self.fill
 
     def _queueing(self, sender: str, lowest: float, now: float) -> float:

@@ -138,6 +138,7 @@ class ReceiverCore(InboundChecks):
             # after END this changes nothing; without END (an aborted sender) its stream
             # stays incomplete and its credit window is freed for the others
             self.flow.on_sender_gone((frame.node, frame.epoch))
+            self.delay.forget(frame.node)
         else:
             self.foreign += 1  # feedback-type frames do not belong on the data channel
         return []
@@ -196,6 +197,7 @@ class ReceiverCore(InboundChecks):
         heard = key in self._hellos or key in self.tracker.streams
         self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
         self.flow.on_sender_gone(key)
+        self.delay.forget(frame.sender)
         if heard:
             self.ends[key] = frame.final_seq
             if len(self.ends) > self.tracker.max_streams:  # bounded, like the tracker
@@ -307,5 +309,6 @@ class ReceiverCore(InboundChecks):
             "io_saturated_polls": self.saturated_polls,
             "loss_windows": self.loss.windows,
             "delay_windows": self.delay.windows,
+            "delay_silent_windows": self.delay.silent_windows,
             "queueing_ms": round(self.delay.queueing_s * 1000, 3),
         }

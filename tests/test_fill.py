@@ -164,7 +164,31 @@ def test_queueing_delay_counts_as_fill_and_clock_offsets_cancel():
     assert m.observe(now=t + 0.08) == 0.75  # held within the window
     m.on_delay("a", 3.0 + 0.001 + 0.45)
     assert m.observe(now=t + 0.12) == 1.0
-    assert m.observe(now=t + 0.18) == 0.0  # nothing arrived in that window: no evidence
+    m.forget("a")  # a's END: its silence from now on means nothing
+    assert m.observe(now=t + 0.18) == 0.0
+
+
+def test_a_congested_sender_falling_silent_counts_as_more_congestion_for_a_while():
+    """A multicast repair holding everything behind a lost packet, or a link dropping
+    all: the frames stop. Silence from a path that was queueing is not an empty path."""
+    from nakflow._fill import DELAY_SILENCE_S, DelayMonitor
+
+    m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
+    for i in range(3):
+        m.on_delay("a", 0.010)  # the base
+        m.observe(now=i * 0.06)
+    m.on_delay("a", 0.010 + 0.06)  # 60 ms queueing: the first level
+    assert m.observe(now=0.24) == 0.5
+    assert m.observe(now=0.30) == 0.75  # silent: 60 ms + 60 ms of silence
+    assert m.observe(now=0.60) == 1.0  # 60 ms + 360 ms
+    assert m.silent_windows == 2
+    assert m.observe(now=0.24 + DELAY_SILENCE_S + 0.1) == 0.0  # gone quiet for good
+    quiet = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
+    quiet.on_delay("b", 0.010)
+    quiet.observe(now=0.0)
+    quiet.on_delay("b", 0.011)
+    assert quiet.observe(now=0.06) == 0.0
+    assert quiet.observe(now=1.0) == 0.0  # a sender that pauses on an empty path: nothing
 
 
 def test_a_standing_delay_older_than_the_base_period_becomes_the_new_base():

@@ -56,8 +56,21 @@ def test_nak_slows_the_sender_to_the_bottleneck_link_and_loses_nothing(lab):
     assert COUNT / run["send_s"] < 1_300, run["send_s"]
 
 
+def test_over_multicast_too_nak_keeps_the_bottleneck_receiver_whole(lab):
+    """epgm: the link drops the start of the burst and PGM holds everything behind the
+    first lost packet; the receiver counts that silence after queueing as congestion,
+    so the sender slows until PGM's repairs get through the link."""
+    run = run_mode(lab, "nak", count=COUNT, size=SIZE, timeout_s=90, transport="epgm")
+    for host, snap in run["receivers"].items():
+        assert (snap["delivered"], snap["lost"]) == (COUNT, 0), (
+            host, {k: snap[k] for k in ("delivered", "lost", "queueing_ms",
+                                        "delay_windows", "delay_silent_windows")})
+    assert sum(run["receivers"]["rx3"]["naks_sent"].values()) > 0
+    assert COUNT / run["send_s"] < 1_300, run["send_s"]
+
+
 def test_without_flow_control_the_bottleneck_receiver_misses_data_and_says_so(lab):
-    run = run_mode(lab, "none", count=COUNT, size=SIZE, timeout_s=30, transport="tcp")
+    run = run_mode(lab, "none", count=COUNT, size=SIZE, timeout_s=15, transport="tcp")
     fast, slow = run["receivers"]["rx1"], run["receivers"]["rx3"]
     assert fast["delivered"] == COUNT
     assert slow["delivered"] < COUNT
