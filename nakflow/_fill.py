@@ -229,6 +229,7 @@ class DelayMonitor:
     def __init__(self, delay_fill: Sequence[tuple[float, float]], window_s: float) -> None:
         self.delay_fill, self.window_s = tuple(delay_fill), window_s
         self._win: dict[str, float] = {}  # sender -> lowest delay in this window
+        self._last: dict[str, float] = {}  # ... in the last window
         self._base: dict[str, list[list[float]]] = {}  # sender -> [[bucket start, min]]
         self._congested: dict[str, tuple[float, float]] = {}  # sender -> (queueing, at)
         self._t: float | None = None
@@ -238,8 +239,14 @@ class DelayMonitor:
         self.silent_windows = 0  # ... of those, on a congested sender's silence
 
     def on_delay(self, sender: str, delay_s: float) -> None:
+        if not self.delay_fill:
+            return  # off (ack, none, or switched off): observe() never clears the window
         win = self._win
-        if delay_s < win.get(sender, math.inf):
+        lowest = win.get(sender)
+        if lowest is None:
+            if len(win) < DELAY_SENDERS:  # bounded whatever ids arrive
+                win[sender] = delay_s
+        elif delay_s < lowest:
             win[sender] = delay_s
 
     def forget(self, sender: str) -> None:
@@ -250,10 +257,13 @@ class DelayMonitor:
         if not self.delay_fill:
             return 0.0
         if self._t is None or now - self._t >= self.window_s:
-            self._t, win, self._win = now, self._win, {}
+            self._t, win, last, self._win = now, self._win, self._last, {}
+            self._last = win
             first = self.delay_fill[-1][0]
             worst = 0.0
             for sender, lowest in win.items():
+                if sender not in last:
+                    continue  # followed from its second window on: a stream, not a stray
                 q = self._queueing(sender, lowest, now)
                 if q >= first:
                     self._congested[sender] = (q, now)

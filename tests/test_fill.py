@@ -219,3 +219,14 @@ def test_path_signals_are_checked_and_can_be_switched_off():
     core.tracker.on_data("x", 1, 1_000, 10)  # 990 missing
     for i in range(5):
         assert core.seen_depth(0, None, now=i * 0.05) == 0
+
+
+def test_a_switched_off_delay_monitor_keeps_nothing():
+    """ack and none receivers have the monitor off: frames must not pile up in it."""
+    from nakflow._fill import DelayMonitor
+
+    m = DelayMonitor((), window_s=0.05)
+    for i in range(10_000):
+        m.on_delay(f"s{i}", 0.01)
+        m.observe(now=i * 0.001)
+    assert m._win == {} and m._base == {}
