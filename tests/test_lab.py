@@ -72,7 +72,10 @@ def test_over_multicast_too_nak_keeps_the_bottleneck_receiver_whole(lab):
 def test_without_flow_control_the_bottleneck_receiver_misses_data_and_says_so(lab):
     run = run_mode(lab, "none", count=COUNT, size=SIZE, timeout_s=15, transport="tcp")
     fast, slow = run["receivers"]["rx1"], run["receivers"]["rx3"]
-    assert fast["delivered"] == COUNT
+    # a full-speed receiver may still overflow its own queue here (no flow control on a
+    # busy 2-core machine): whatever it misses is counted, and END reached it
+    assert fast["delivered"] + fast["dropped"] + fast["lost"] == COUNT
+    assert fast["senders"][0]["final_seq"] == COUNT
     assert slow["delivered"] < COUNT
     # the sender left before the link could carry the rest: the stream is reported
     # incomplete (END never reached it), not silently complete
