@@ -12,7 +12,7 @@ Workloads:
   W1 unloaded throughput, 100-byte payloads, one receiver that keeps up
   W2 slow receiver: four receivers, one consuming 20,000 msg/s
   W3 stalled receiver: one of four SIGSTOPped for 3 s
-  W4 latency at half the slow receiver's capacity
+  W4 latency at 1,000, 10,000 and 100,000 msgs/s, two receivers that keep up
   W5 feedback cost at the sender with 1, 4 and 16 receivers, nak against ack
   W6 the shared-key MAC's cost: nak, plain against keyed (ratios against plain)
 
@@ -141,9 +141,10 @@ def run_raw(n_receivers: int, count: int, *, nodrop: bool = False,
 
 def run_nakflow(mode: str, specs: Sequence[ReceiverSpec], count: int, *,
                 batch: int = 1, max_rate: float | None = None,
-                both: Sequence[str] = ()) -> dict[str, Any]:
-    """One nakflow sender process to ``specs``; ``both``: extra options for every process."""
-    extra = ["--batch", str(batch), *both]
+                both: Sequence[str] = (), send: Sequence[str] = ()) -> dict[str, Any]:
+    """One nakflow sender process to ``specs``; ``both``: extra options for every process,
+    ``send``: for the sender."""
+    extra = ["--batch", str(batch), *both, *send]
     if max_rate:
         extra += ["--max-rate", str(max_rate)]
     with LocalReceivers(specs, mode=mode, duration_s=120.0, extra=both) as rx:
@@ -155,6 +156,16 @@ def run_nakflow(mode: str, specs: Sequence[ReceiverSpec], count: int, *,
 
 
 # -- workloads -----------------------------------------------------------------------
+#: W1's nakflow rows: (peer, mode, sender options). Per-message rows call send() for each
+#: message (natural batching coalesces them; ``--linger 0``: one message a frame);
+#: "send_batch 256" rows hand 256 at a time to send_batch.
+W1_RUNS = [("nakflow none", "none", ()), ("nakflow nak", "nak", ()), ("nakflow ack", "ack", ()),
+           ("nakflow nak linger 0", "nak", ("--linger", "0")),
+           ("nakflow ack linger 0", "ack", ("--linger", "0")),
+           ("nakflow nak send_batch 256", "nak", ("--batch", "256")),
+           ("nakflow ack send_batch 256", "ack", ("--batch", "256"))]
+
+
 def w1_unloaded(count: int) -> list[dict[str, Any]]:
     log(f"W1 unloaded throughput: {count:,} x 100 B to one receiver")
     raw = run_raw(1, count)
@@ -162,18 +173,21 @@ def w1_unloaded(count: int) -> list[dict[str, Any]]:
     raw_deliver = raw["receivers"][0]["goodput_msgs"]
     rows = [{"workload": "W1", "peer": "raw pyzmq", "send_rate": round(raw_send_rate),
              "x_raw_send": 1.0, "delivered_rate": round(raw_deliver), "x_raw_delivered": 1.0,
-             "missing": count - raw["receivers"][0]["received"]}]
+             "missing": count - raw["receivers"][0]["received"], "msgs_per_frame": 1.0,
+             "rx_cpu_us_per_msg": "-"}]
     spec = [ReceiverSpec("rx", capacity_msgs=10_000)]
-    for mode, batch in (("none", 1), ("nak", 1), ("ack", 1), ("nak", 256), ("ack", 256)):
-        run = run_nakflow(mode, spec, count, batch=batch)
+    for peer, mode, send in W1_RUNS:
+        run = run_nakflow(mode, spec, count, send=send)
         s, r = run["sender"], run["receivers"][0]
-        rows.append({"workload": "W1",
-                     "peer": f"nakflow {mode}" + (f" batch {batch}" if batch > 1 else ""),
+        rows.append({"workload": "W1", "peer": peer,
                      "send_rate": round(s["rate_msgs"]),
                      "x_raw_send": round(s["rate_msgs"] / raw_send_rate, 2),
                      "delivered_rate": round(r["goodput_msgs"]),
                      "x_raw_delivered": round(r["goodput_msgs"] / raw_deliver, 2),
-                     "missing": count - r["delivered"]})
+                     "missing": count - r["delivered"],
+                     "msgs_per_frame": round(s["sent"] / max(1, s["frames"]), 1),
+                     "rx_cpu_us_per_msg": round(r["process_cpu_s"] / max(1, r["delivered"])
+                                                * 1e6, 2)})
     return rows
 
 
@@ -257,24 +271,31 @@ def w2_multicast(count: int) -> list[dict[str, Any]]:
     return rows
 
 
+#: W4's send rates, msgs/s: latency must stay low when idle and under load.
+W4_RATES = (1_000, 10_000, 100_000)
+
+
 def w4_latency(count: int) -> list[dict[str, Any]]:
-    rate = SLOW_RATE / 2
-    log(f"W4 latency at {rate:,.0f} msgs/s (half the slow receiver's capacity)")
+    log(f"W4 latency at {', '.join(f'{r:,}' for r in W4_RATES)} msgs/s, two receivers that "
+        "keep up")
     rows = []
 
-    def row(peer: str, receivers: list[dict[str, Any]]) -> dict[str, Any]:
+    def row(peer: str, rate: int, receivers: list[dict[str, Any]]) -> dict[str, Any]:
         lat = [r["latency_ms"] for r in receivers]
-        return {"workload": "W4", "peer": peer,
+        return {"workload": "W4", "peer": peer, "rate": rate,
                 "p50_ms": round(max(x["p50"] for x in lat), 3),
                 "p99_ms": round(max(x["p99"] for x in lat), 3),
                 "max_ms": round(max(x["max"] for x in lat), 3)}
 
-    for peer, nodrop in (("raw pyzmq", False), ("zmq NODROP", True)):
-        run = run_raw(4, count, nodrop=nodrop, consume_rates=[SLOW_RATE], rate=rate)
-        rows.append(row(peer, run["receivers"]))
-    for mode in ("nak", "ack", "none"):
-        run = run_nakflow(mode, four_with_slow(), count, max_rate=rate)
-        rows.append(row(f"nakflow {mode}", run["receivers"]))
+    specs = [ReceiverSpec(f"r{i}", capacity_msgs=10_000) for i in (1, 2)]
+    for rate in W4_RATES:
+        n = max(200, min(count, int(rate * 3 * count / COUNTS["W4"])))  # ~3 s a run
+        rows.append(row("raw pyzmq", rate, run_raw(2, n, rate=rate)["receivers"]))
+        for peer, mode, send in (("nakflow nak", "nak", ()), ("nakflow ack", "ack", ()),
+                                 ("nakflow none", "none", ()),
+                                 ("nakflow nak linger 0", "nak", ("--linger", "0"))):
+            run = run_nakflow(mode, specs, n, max_rate=rate, send=send)
+            rows.append(row(peer, rate, run["receivers"]))
     return rows
 
 
@@ -381,7 +402,7 @@ def w6_shared_key(count: int) -> list[dict[str, Any]]:
 
 WORKLOADS = {"W1": w1_unloaded, "W2": w2_slow, "W3": w3_stall, "W4": w4_latency,
              "W5": w5_feedback, "W6": w6_shared_key}
-COUNTS = {"W1": 300_000, "W2": 100_000, "W3": 100_000, "W4": 30_000, "W5": 40_000,
+COUNTS = {"W1": 300_000, "W2": 100_000, "W3": 100_000, "W4": 300_000, "W5": 40_000,
           "W6": 200_000}
 
 

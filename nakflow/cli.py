@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
+from ._batch import FRAME_MSGS, LINGER_S
 from ._bucket import TokenBucket
 from ._config import MODES, AckConfig
 from ._errors import NakflowError
@@ -207,7 +208,10 @@ def cmd_receive(args: argparse.Namespace) -> int:
                 if wait:
                     time.sleep(wait)
                     continue
-            hand_over(take(chunk, timeout=0.05))
+            got = take(chunk, timeout=0.05)
+            if pace is not None and len(got) < chunk:  # pay only for what it took: a
+                pace.refund(chunk - len(got))  # fixed-speed consumer keeps up below its rate
+            hand_over(got)
     finally:
         rx.close()
     if stop.requested:
@@ -230,6 +234,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
     snap = rx.snapshot()
     snap["consume_rate"] = rate
     snap["ends"] = len(rx.ends())
+    snap["process_cpu_s"] = round(time.process_time(), 3)  # every thread of the process
     if sink is not None:
         snap["sink"] = {"target": sink.name, "written": sink.written, "not_written": unsunk,
                         "error": error}
@@ -253,8 +258,9 @@ def cmd_send(args: argparse.Namespace) -> int:
     payload = b"x" * args.size
     with Sender(args.data, args.feedback, mode=args.mode, stream=args.stream,
                 sender_id=args.id, max_rate_msgs=args.max_rate,
-                options=_socket_options(args),
-                shared_key=_shared_key(args), repair=_repair_config(args)) as tx:
+                options=_socket_options(args), shared_key=_shared_key(args),
+                repair=_repair_config(args), linger_s=args.linger_s,
+                frame_msgs=args.frame_msgs) as tx:
         metrics = _serve_metrics(args, tx)
         if args.wait_receivers:
             tx.wait_for_receivers(args.wait_receivers, timeout=args.wait_timeout)
@@ -397,7 +403,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-rate", type=_positive(float), default=None, metavar="MSGS_PER_S",
                    help="never faster than this, whatever the flow control allows "
                         "(default: no cap)")
-    s.add_argument("--batch", type=_positive(int), default=1, help="messages per DATA frame")
+    s.add_argument("--batch", type=_positive(int), default=1,
+                   help="call send_batch with this many messages at a time (1: send() "
+                        "per message, coalesced by --linger)")
+    s.add_argument("--linger", dest="linger_s", type=float, default=LINGER_S, metavar="S",
+                   help="natural batching: a message waits at most this long for others to "
+                        "share its DATA frame (0: one message a frame)")
+    s.add_argument("--frame-msgs", type=_positive(int), default=FRAME_MSGS, metavar="N",
+                   help="natural batching: at most this many messages a frame")
     s.add_argument("--history-msgs", type=_positive(int), default=None, metavar="N",
                    help="repair history bound, messages (default 100000)")
     s.add_argument("--history-bytes", type=_positive(int), default=None, metavar="BYTES",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ import zmq
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
 from ._auth import SharedKey
+from ._batch import FRAME_BYTES, FRAME_MSGS, LINGER_S, FrameBatcher
 from ._codec import DEFAULT_MAX_FRAME_BYTES, T_DATA, VERSION, pack_frame
 from ._config import AckConfig, NakConfig, RepairConfig, check_mode
 from ._errors import ConfigError
@@ -54,6 +56,13 @@ class Sender:
             replays refused; see ``nakflow._auth``). For multicast, where CURVE cannot go.
         repair: history and repair (``nak`` mode; on by default): receivers' requests
             for lost messages are answered from a bounded history of recent DATA.
+        linger_s, frame_msgs, frame_bytes: natural batching (``nakflow._batch``):
+            ``send`` appends to the DATA frame being built, which leaves when it holds
+            ``frame_msgs`` messages or ``frame_bytes`` payload bytes, when its first
+            message has waited ``linger_s`` (a timer thread sees to it while the
+            application does not call in), before any wait, and on ``flush``, ``poll``
+            and ``close``; a message after an idle spell of ``linger_s`` leaves at once.
+            ``linger_s=0``: one message a frame.
 
     Raises:
         ConfigError, transports.EndpointError: bad arguments.
@@ -68,7 +77,8 @@ class Sender:
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  timeline_interval_s: float = 0.05,
                  shared_key: SharedKey | None = None,
-                 repair: RepairConfig | None = None) -> None:
+                 repair: RepairConfig | None = None, linger_s: float = LINGER_S,
+                 frame_msgs: int = FRAME_MSGS, frame_bytes: int = FRAME_BYTES) -> None:
         self.mode = check_mode(mode)
         if not stream or len(stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
@@ -87,6 +97,15 @@ class Sender:
                                max_frame_bytes=max_frame_bytes, wall_offset=self._wall_offset,
                                timeline_interval_s=timeline_interval_s)
         self._flow = self.core.flow
+        self._batch = FrameBatcher(linger_s=linger_s, max_msgs=frame_msgs,
+                                   max_bytes=frame_bytes, max_frame_bytes=max_frame_bytes,
+                                   names_bytes=len(stream.encode()) + len(
+                                       self.sender_id.encode()))
+        # held by the application's thread in every call, and by the linger timer while
+        # it sends a frame whose linger is over (the PUB socket is used by both)
+        self._lock = threading.Lock()
+        self._timer: threading.Thread | None = None
+        self._timer_wake = threading.Event()
         self._ctx = context or zmq.Context.instance()
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         self._pub, _ = open_pub(self._ctx, data_uris, bind=False, options=options)
@@ -109,13 +128,14 @@ class Sender:
 
     @property
     def seq(self) -> int:
-        """The next seq; every seq below it was sent."""
-        return self.core.seq
+        """The next seq; every seq below it was sent, or waits in the frame being built
+        (it leaves within ``linger_s``, or on ``flush``/``close``)."""
+        return self.core.seq + len(self._batch)
 
     @property
     def sent(self) -> int:
-        """Messages sent."""
-        return self.core.seq
+        """Messages sent (or waiting in the frame being built)."""
+        return self.core.seq + len(self._batch)
 
     @property
     def frames(self) -> int:
@@ -128,21 +148,89 @@ class Sender:
 
     # -- sending ---------------------------------------------------------------
     def try_send(self, payload: bytes) -> bool:
-        """Send one message if the policy allows it now; never blocks."""
-        now = time.monotonic()
-        if not (self._allow and now < self._allow_until) and not self._take_allowance(now):
-            self.try_refused += 1
-            return False
-        self._allow -= 1
-        self._emit(now, (payload,))
-        return True
+        """Send one message if the policy allows it now; never blocks. True: it was
+        admitted (it leaves with the frame being built, within ``linger_s``)."""
+        with self._lock:
+            now = time.monotonic()
+            if not (self._allow and now < self._allow_until) and not self._take_allowance(now):
+                self.try_refused += 1
+                return False
+            if self._batch.enabled:
+                self._add(payload, now)
+                self._allow -= 1
+            else:
+                self._allow -= 1
+                self._emit(now, (payload,))
+            return True
 
     def send(self, payload: bytes, timeout: float | None = None) -> None:
         """Send one message, waiting while the rate limit or credit says so.
 
-        Raises TimeoutError if ``timeout`` seconds pass without permission.
+        Raises TimeoutError if ``timeout`` seconds pass without permission, and
+        ValueError for a payload larger than a frame may be.
         """
-        now = time.monotonic()
+        with self._lock:
+            now = time.monotonic()
+            if self._batch.enabled:
+                if (self._allow and now < self._allow_until) or self._take_allowance(now):
+                    self._add(payload, now)  # raises before the permission is spent
+                    self._allow -= 1
+                    return
+                if not self._batch.fits(payload) or len(self._batch):
+                    self._send_frame(now)  # what waits goes out before the sender waits
+                granted, wait = self._flow.admit(1, now=now)
+                if not granted:
+                    now = self._wait_admit(1, wait, now, timeout)
+                self._add(payload, now)
+                return
+            self._send_unbatched(payload, timeout, now)
+
+    def _add(self, payload: bytes, now: float) -> None:
+        """Append an admitted payload to the frame being built; send the frame if it
+        should leave now (``FrameBatcher.add``)."""
+        b = self._batch
+        if not b.fits(payload):
+            self._send_frame(now)
+        if b.add(payload, now):
+            self._send_frame(now)
+        elif len(b) == 1:
+            self._arm_timer()
+
+    def _send_frame(self, now: float) -> None:
+        """Send the frame being built, stamped with its first message's time."""
+        if self._batch.payloads:
+            payloads, first = self._batch.take(now)
+            self._pub.send(self.core.data(payloads, now=first))
+            self.core.sample(now, self.blocked_s)
+
+    def _arm_timer(self) -> None:
+        if self._timer is None or not self._timer.is_alive():
+            self._timer = threading.Thread(target=self._linger_timer, daemon=True,
+                                           name=f"nakflow-tx-linger-{self.sender_id}")
+            self._timer.start()
+        self._timer_wake.set()
+
+    def _linger_timer(self) -> None:
+        """Sends a frame whose linger is over while the application does not call in."""
+        batch, wake = self._batch, self._timer_wake
+        while not self._closed:
+            wake.wait()
+            wake.clear()
+            while not self._closed:
+                deadline = batch.deadline()  # read without the lock: a hint, checked below
+                if deadline is None:
+                    break
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                    continue
+                with self._lock:
+                    now = time.monotonic()
+                    due = batch.deadline()
+                    if due is not None and due <= now and not self._closed:
+                        self._send_frame(now)
+
+    def _send_unbatched(self, payload: bytes, timeout: float | None, now: float) -> None:
         core = self.core
         if self._allow and now < self._allow_until and core.history is None and core.mac is None:
             seq = core.seq  # the hot path: permission in hand, nothing to remember or seal
@@ -189,6 +277,11 @@ class Sender:
         Raises TimeoutError if ``timeout`` seconds pass without any permission;
         the messages sent before that stay sent (``self.seq`` says how many).
         """
+        with self._lock:
+            self._send_frame(time.monotonic())
+            self._send_batch(payloads, timeout)
+
+    def _send_batch(self, payloads: Sequence[bytes], timeout: float | None) -> None:
         self._give_back()
         i, n = 0, len(payloads)
         while i < n:
@@ -255,14 +348,17 @@ class Sender:
 
     def poll(self, timeout_s: float = 0.0) -> None:
         """Handle feedback and serve repairs for up to ``timeout_s`` (a sender with nothing
-        to send calls this now and then, so receivers' repair requests are answered)."""
-        self._give_back()
-        end = time.monotonic() + timeout_s
-        while True:
-            now = time.monotonic()
-            self._read_feedback(now, max(0.0, end - now))
-            if time.monotonic() >= end:
-                return
+        to send calls this now and then, so receivers' repair requests are answered).
+        The frame being built leaves first."""
+        with self._lock:
+            self._give_back()
+            self._send_frame(time.monotonic())
+            end = time.monotonic() + timeout_s
+            while True:
+                now = time.monotonic()
+                self._read_feedback(now, max(0.0, end - now))
+                if time.monotonic() >= end:
+                    return
 
     def _hello(self, now: float) -> None:
         self._next_hello = now + self.hello_interval_s
@@ -278,6 +374,10 @@ class Sender:
         In NAK mode this presence is used only here, never for flow control.
         Raises TimeoutError.
         """
+        with self._lock:
+            return self._wait_for_receivers(n, timeout)
+
+    def _wait_for_receivers(self, n: int, timeout: float) -> int:
         end = time.monotonic() + timeout
         flow = self._flow
         while True:
@@ -295,9 +395,15 @@ class Sender:
 
     # -- ending ----------------------------------------------------------------
     def flush(self) -> None:
-        """Mark the stream complete: send END with the final sequence number."""
+        """Send the frame being built, then mark the stream complete: END with the final
+        sequence number."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
         self._give_back()
         now = time.monotonic()
+        self._send_frame(now)
         self._read_feedback(now, 0.0)
         if self.core.seq == 0 and not self.core.said_hello:  # receivers count ENDs of
             self._hello(now)  # streams they heard
@@ -328,19 +434,26 @@ class Sender:
     def _close(self, linger_s: float | None, *, end: bool) -> None:
         if self._closed:
             return
-        self._closed = True
         if os.getpid() != self._pid:  # a forked copy must not touch the parent's sockets
+            self._closed = True
             return
-        try:
-            if end:
-                self.flush()  # END again even after flush(): it is idempotent, and on a
-                # lossy transport (multicast without flow control) one copy can be lost
-                self._linger_for_repairs()
-            self._pub.send(self.core.bye(now=time.monotonic()))
-        finally:
-            linger = None if linger_s is None else int(linger_s * 1000)
-            self._pub.close(linger)
-            self._sub.close(0)
+        with self._lock:
+            self._closed = True
+            self._timer_wake.set()  # the linger timer ends
+            try:
+                if end:
+                    self._flush()  # END again even after flush(): it is idempotent, and on
+                    # a lossy transport (multicast without flow control) one copy can be lost
+                    self._linger_for_repairs()
+                else:  # what was admitted goes out; the stream stays incomplete (no END)
+                    self._send_frame(time.monotonic())
+                self._pub.send(self.core.bye(now=time.monotonic()))
+            finally:
+                linger = None if linger_s is None else int(linger_s * 1000)
+                self._pub.close(linger)
+                self._sub.close(0)
+        if self._timer is not None and self._timer is not threading.current_thread():
+            self._timer.join(1.0)
 
     def __enter__(self) -> Sender:
         return self
@@ -359,7 +472,7 @@ def sender_snapshot(tx: Any) -> dict[str, Any]:
     elapsed = time.monotonic() - tx._t0
     core = tx.core.snapshot()
     policy = core.pop("policy")
-    sent = tx.core.seq
+    sent = tx.sent
     return {
         "sender_id": tx.sender_id,
         "epoch": tx.epoch,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nakflow import AckConfig, ConfigError, NakConfig, RepairConfig, check_mode
+from nakflow._batch import LINGER_S
 from transports import SocketOptions, parse_endpoints
 
 
@@ -28,8 +29,12 @@ class WriterConfig:
         repair: history and repair in ``nak`` mode (see nakflow.RepairConfig; on by
             default): a task answers receivers' repair requests until its sender closes.
         max_rate_msgs: a per-task cap in every mode (``nak``: its ceiling), rows/s.
-        batch_rows: rows pulled from the partition and sent per DATA frame; the most a
-            task holds in memory beyond Spark's own iterator.
+        batch_rows: the most rows one DATA frame carries (the sender's natural
+            batching: each row is sent with ``send``, and rows coalesce into a frame
+            until it holds this many or the first has waited ``batch_linger_s``); also
+            the most a task holds in memory beyond Spark's own iterator.
+        batch_linger_s: longest a row waits for others to share its frame, s (0: one
+            row a frame).
         serializer: ``row -> bytes``; default: msgpack of a dict per row.
         wait_receivers: before sending, wait until this many receivers answered
             (guards against ZeroMQ's slow-joiner loss; 0: do not wait).
@@ -57,6 +62,7 @@ class WriterConfig:
     repair: RepairConfig = field(default_factory=RepairConfig)
     max_rate_msgs: float | None = None
     batch_rows: int = 128
+    batch_linger_s: float = LINGER_S
     serializer: Callable[[Any], bytes] | None = None
     wait_receivers: int = 0
     wait_timeout_s: float = 30.0
@@ -75,8 +81,8 @@ class WriterConfig:
             raise ConfigError("stream must be a name of 1..256 characters")
         if self.run_id is not None and not self.run_id:
             raise ConfigError("run_id must be None or a non-empty string")
-        if self.batch_rows < 1:
-            raise ConfigError("batch_rows must be >= 1")
+        if self.batch_rows < 1 or not self.batch_linger_s >= 0:
+            raise ConfigError("batch_rows must be >= 1 and batch_linger_s >= 0")
         if self.wait_receivers < 0:
             raise ConfigError("wait_receivers must be >= 0")
         if not self.wait_timeout_s > 0 or not self.linger_s >= 0:

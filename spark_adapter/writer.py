@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
-import itertools
 import logging
 import os
 import socket
@@ -114,8 +113,9 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
                    ) -> dict[str, Any]:
     """Send ``rows`` as one sender (id and epoch from ``identity``); return its metrics.
 
-    Rows are pulled ``batch_rows`` at a time and each batch is sent before the
-    next is pulled. On success the stream ends with END; on any exception the
+    Each row is sent with ``Sender.send`` (admitted one by one by the mode's policy)
+    and rows coalesce into DATA frames of at most ``batch_rows`` (natural batching,
+    ``batch_linger_s``). On success the stream ends with END; on any exception the
     sender leaves without END and the exception propagates (Spark retries).
     """
     serialize: Callable[[Any], bytes] = config.serializer or row_to_msgpack
@@ -126,7 +126,8 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     sender = Sender(config.data, config.feedback, mode=config.mode, stream=config.stream,
                     sender_id=identity.sender_id, epoch=identity.attempt, nak=config.nak,
                     ack=ack, repair=config.repair, max_rate_msgs=config.max_rate_msgs,
-                    options=config.options,
+                    options=config.options, linger_s=config.batch_linger_s,
+                    frame_msgs=config.batch_rows,
                     shared_key=(None if config.shared_key_file is None
                                 else load_shared_key(config.shared_key_file)))
     ok = False
@@ -135,12 +136,9 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
         if config.wait_receivers:
             sender.wait_for_receivers(config.wait_receivers, timeout=config.wait_timeout_s)
             waited = time.monotonic() - t0
-        it = iter(rows)
-        while True:
-            batch = [serialize(row) for row in itertools.islice(it, config.batch_rows)]
-            if not batch:
-                break
-            sender.send_batch(batch, timeout=config.send_timeout_s)
+        send, timeout = sender.send, config.send_timeout_s
+        for row in rows:
+            send(serialize(row), timeout)
         sender.flush()
         ok = True
     finally:

@@ -25,12 +25,19 @@ def test_benchmark_suite_smoke(tmp_path):
     assert set(results) == {"W1", "W2", "W3", "W4", "W5", "W6"}
     peers = {w: [r["peer"] for r in rows] for w, rows in results.items()}
     nakflow = ["nakflow nak", "nakflow ack", "nakflow none"]
-    assert peers["W1"][0] == "raw pyzmq" and "nakflow nak batch 256" in peers["W1"]
+    assert peers["W1"] == ["raw pyzmq", "nakflow none", "nakflow nak", "nakflow ack",
+                           "nakflow nak linger 0", "nakflow ack linger 0",
+                           "nakflow nak send_batch 256", "nakflow ack send_batch 256"]
+    w1 = {r["peer"]: r for r in results["W1"]}
+    assert w1["nakflow nak linger 0"]["msgs_per_frame"] == 1.0
+    assert w1["nakflow ack send_batch 256"]["msgs_per_frame"] > 1.0
     assert {"raw pyzmq", "zmq NODROP", *nakflow} <= set(peers["W2"])
     if multicast_unavailable() is None:
         assert {"epgm fixed rate", "nakflow nak over epgm"} <= set(peers["W2"])
     assert peers["W3"] == ["raw pyzmq", "zmq NODROP", *nakflow]
-    assert peers["W4"] == ["raw pyzmq", "zmq NODROP", *nakflow]
+    assert [(r["rate"], r["peer"]) for r in results["W4"]] == [
+        (rate, p) for rate in (1_000, 10_000, 100_000)
+        for p in ("raw pyzmq", *nakflow, "nakflow nak linger 0")]
     assert [(r["peer"], r["receivers"]) for r in results["W5"]] == [
         (f"nakflow {m}", n) for n in (1, 4, 16) for m in ("nak", "ack")]
     assert [r["peer"] for r in results["W6"]] == [

@@ -1,0 +1,102 @@
+"""Natural batching, sans-I/O: messages admitted one by one are coalesced into DATA frames.
+
+``send(msg)`` in a loop is how people use a messaging API; one DATA frame per message
+makes every layer below (framing, the ZeroMQ pipe, the receiver's per-frame work) pay per
+message. Like Kafka's producer (``linger.ms``, ``batch.size``) and Aeron's "smart
+batching", the sender appends each admitted message to the frame being built and the
+frame goes out when
+
+* it holds ``max_msgs`` messages or ``max_bytes`` payload bytes (the bounds),
+* its first message has waited ``linger_s`` (the linger bound), checked on every call
+  and by the live sender's timer,
+* the sender is about to wait (for rate or credit), flushes, polls or closes,
+* or the sender was idle: a message that finds the last frame sent at least ``linger_s``
+  ago goes out at once, so a trickle pays no linger at all.
+
+Admission by the rate limit or credit stays per message and happens before ``add``:
+the batcher only decides when admitted messages leave. ``linger_s`` 0 switches it off
+(one message a frame). The frame's timestamp is its first message's, so measured
+latency includes the linger.
+"""
+
+from __future__ import annotations
+
+from ._errors import ConfigError
+
+#: Defaults: a message waits at most this long for others to share its DATA frame, s; a
+#: frame holds at most this many messages or payload bytes.
+LINGER_S = 0.0005
+FRAME_MSGS = 256
+FRAME_BYTES = 64 * 1024
+#: msgpack's cost of one payload inside a DATA frame's list (bin 32 header), bytes.
+PER_PAYLOAD_OVERHEAD = 5
+#: A DATA frame's fixed fields besides the stream and sender names, at most, bytes.
+FRAME_OVERHEAD = 64
+
+
+class FrameBatcher:
+    """The frame being built: payloads admitted and not yet sent, and when to send them.
+
+    Args:
+        linger_s: longest a message waits for company, s (0: no batching).
+        max_msgs, max_bytes: bounds of one frame (payload bytes).
+        max_frame_bytes: the receivers' frame bound; with ``names_bytes`` (stream and
+            sender id) it caps ``max_bytes`` so that a frame the batcher builds always
+            fits.
+    """
+
+    def __init__(self, *, linger_s: float, max_msgs: int, max_bytes: int,
+                 max_frame_bytes: int, names_bytes: int) -> None:
+        if linger_s < 0:
+            raise ConfigError("linger_s must be >= 0")
+        if max_msgs < 1 or max_bytes < 1:
+            raise ConfigError("batch bounds must be >= 1")
+        room = max_frame_bytes - FRAME_OVERHEAD - names_bytes
+        if room <= PER_PAYLOAD_OVERHEAD:
+            raise ConfigError("max_frame_bytes leaves no room for a payload")
+        self.linger_s = linger_s
+        self.max_msgs = max_msgs
+        self.max_bytes = min(max_bytes, room)
+        #: the largest payload that fits a frame of its own, bytes
+        self.max_payload = room - PER_PAYLOAD_OVERHEAD
+        self.payloads: list[bytes] = []
+        self.nbytes = 0
+        self.first_at = 0.0  # when the frame's first message was added
+        self.last_out = -1e300  # when the last frame left
+
+    @property
+    def enabled(self) -> bool:
+        return self.linger_s > 0
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def fits(self, payload: bytes) -> bool:
+        """Whether ``payload`` joins the frame being built; False means: send the frame
+        first (it would break a bound). Raises ValueError for a payload no frame holds."""
+        size = len(payload) + PER_PAYLOAD_OVERHEAD
+        if size - PER_PAYLOAD_OVERHEAD > self.max_payload:
+            raise ValueError(f"message of {len(payload)} bytes exceeds max_frame_bytes")
+        return not self.payloads or self.nbytes + size <= self.max_bytes
+
+    def add(self, payload: bytes, now: float) -> bool:
+        """Append an admitted payload (after ``fits``); True if the frame should leave
+        now: a bound is reached, its linger is over, or the sender was idle."""
+        p = self.payloads
+        if not p:
+            self.first_at = now
+        p.append(payload)
+        self.nbytes += len(payload) + PER_PAYLOAD_OVERHEAD
+        return (len(p) >= self.max_msgs or self.nbytes >= self.max_bytes
+                or now - self.first_at >= self.linger_s
+                or now - self.last_out >= self.linger_s)
+
+    def deadline(self) -> float | None:
+        """When the frame being built must leave (None: nothing waits)."""
+        return self.first_at + self.linger_s if self.payloads else None
+
+    def take(self, now: float) -> tuple[list[bytes], float]:
+        """The payloads to send and their frame's timestamp; the batcher is empty after."""
+        p, first = self.payloads, self.first_at
+        self.payloads, self.nbytes, self.last_out = [], 0, now
+        return p, first

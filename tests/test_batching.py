@@ -1,0 +1,241 @@
+"""Natural batching: ``send(msg)`` in a loop coalesced into DATA frames behind the API.
+
+The frame builder alone (sans-I/O, time passed in), then a live Sender and Receiver over
+real ZeroMQ sockets: bounds, the linger timer, flush/close, ordering across send,
+send_batch and try_send, the rate limit and credit still holding per message, and an
+oversized payload refused without losing anything else.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nakflow import ConfigError
+from nakflow._batch import FRAME_OVERHEAD, PER_PAYLOAD_OVERHEAD, FrameBatcher
+from nakflow.receiver import Receiver
+from nakflow.sender import Sender
+
+
+def batcher(**kw) -> FrameBatcher:
+    args = {"linger_s": 0.001, "max_msgs": 4, "max_bytes": 1_000,
+            "max_frame_bytes": 1 << 20, "names_bytes": 10} | kw
+    return FrameBatcher(**args)
+
+
+# -- the frame builder, sans-I/O ---------------------------------------------------------
+def test_a_message_after_an_idle_spell_leaves_at_once_then_messages_coalesce():
+    b = batcher()
+    assert b.add(b"a", 10.0)  # nothing left within the linger: no one to wait for
+    b.take(10.0)
+    assert not b.add(b"b", 10.0002)  # the last frame left 0.2 ms ago: wait for company
+    assert not b.add(b"c", 10.0005)
+    assert b.deadline() == pytest.approx(10.0012)
+    assert b.add(b"d", 10.0012)  # the first one has waited its linger
+    assert b.take(10.0012) == ([b"b", b"c", b"d"], 10.0002)  # stamped with the first's time
+    assert b.deadline() is None and len(b) == 0
+
+
+def test_the_message_and_byte_bounds_close_a_frame():
+    b = batcher(linger_s=10.0)
+    b.take(0.0)
+    assert [b.add(bytes([i]), 1.0) for i in range(4)] == [False, False, False, True]
+    b.take(1.0)
+    big = b"x" * (500 - PER_PAYLOAD_OVERHEAD)
+    assert b.fits(big) and not b.add(big, 1.0)
+    assert b.fits(big) and b.add(big, 1.0)  # 1,000 payload bytes: the byte bound
+    b.take(1.0)
+    b.add(big, 1.0)
+    assert not b.fits(b"y" * 600)  # would break the byte bound: send the frame first
+
+
+def test_a_payload_no_frame_can_hold_is_refused_and_the_frame_is_kept():
+    b = batcher(max_frame_bytes=FRAME_OVERHEAD + 10 + 100, max_bytes=10_000)
+    b.take(0.0)
+    b.add(b"kept", 1.0)
+    assert b.max_payload == 100 - PER_PAYLOAD_OVERHEAD
+    with pytest.raises(ValueError, match="exceeds max_frame_bytes"):
+        b.fits(b"z" * 96)
+    assert b.payloads == [b"kept"] and b.max_bytes <= 100
+
+
+def test_bad_bounds_are_config_errors():
+    for kw in ({"linger_s": -1.0}, {"max_msgs": 0}, {"max_bytes": 0},
+               {"max_frame_bytes": FRAME_OVERHEAD + 10}):
+        with pytest.raises(ConfigError):
+            batcher(**kw)
+
+
+# -- live --------------------------------------------------------------------------------
+def pair(mode: str = "nak", *, rx_kw: dict | None = None, **tx_kw) -> tuple[Receiver, Sender]:
+    rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode=mode, **(rx_kw or {}))
+    tx = Sender(rx.data_endpoints, rx.feedback_endpoints, mode=mode, **tx_kw)
+    tx.wait_for_receivers(1)
+    return rx, tx
+
+
+def take(rx: Receiver, n: int, timeout_s: float = 30.0) -> list:
+    got: list = []
+    end = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < end:
+        got += rx.get_many(n - len(got), timeout=0.1)
+    return got
+
+
+def test_per_message_sends_are_coalesced_in_order_and_bounded():
+    rx, tx = pair(linger_s=0.05, frame_msgs=100)
+    try:
+        for i in range(5_000):
+            tx.send(i.to_bytes(4, "big"))
+        tx.flush()
+        got = take(rx, 5_000)
+        assert [int.from_bytes(m.payload, "big") for m in got] == list(range(5_000))
+        assert [m.seq for m in got] == list(range(5_000))
+        assert 5_000 / 100 <= tx.frames < 5_000 / 10  # coalesced, never past frame_msgs
+        assert tx.snapshot()["sent"] == 5_000
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_the_linger_timer_sends_a_frame_the_application_left_behind():
+    rx, tx = pair(linger_s=1.0)
+    try:
+        tx.send(b"first")  # after an idle spell: at once
+        tx.send(b"second")  # within the linger of the last frame: waits for company
+        tx.send(b"third")
+        assert (tx.frames, tx.sent, tx.seq) == (1, 3, 3)
+        got = take(rx, 3)  # nobody calls the sender: its timer sends the frame
+        assert [m.payload for m in got] == [b"first", b"second", b"third"]
+        assert tx.frames == 2
+    finally:
+        tx.close()
+        rx.close()
+
+
+@pytest.mark.parametrize("how", ["flush", "close", "poll", "abort"])
+def test_flush_close_poll_and_abort_send_the_frame_being_built(how):
+    rx, tx = pair(linger_s=600.0)
+    try:
+        for i in range(5):
+            tx.send(bytes([i]))
+        assert tx.frames == 1  # the first left at once, four wait for the linger
+        getattr(tx, how)()
+        got = take(rx, 5)
+        assert [m.payload for m in got] == [bytes([i]) for i in range(5)]
+        assert tx.frames == 2
+        if how in ("flush", "close"):
+            assert rx.wait_for_ends(1, timeout=10)
+        if how == "abort":
+            assert rx.ends() == {}
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_send_send_batch_and_try_send_keep_one_order():
+    rx, tx = pair(linger_s=0.5)
+    try:
+        expected = []
+        for i in range(300):
+            p = i.to_bytes(2, "big")
+            if i % 3 == 0:
+                tx.send(p)
+            elif i % 3 == 1:
+                tx.send_batch([p])
+            else:
+                while not tx.try_send(p):
+                    tx.poll(0.001)
+            expected.append(p)
+        tx.flush()
+        got = take(rx, 300)
+        assert [m.payload for m in got] == expected
+        assert [m.seq for m in got] == list(range(300))
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_the_rate_limit_holds_per_message_with_batching():
+    rate, n = 2_000.0, 1_000
+    rx, tx = pair(linger_s=0.005, max_rate_msgs=rate)
+    try:
+        t0 = time.monotonic()
+        for _ in range(n):
+            tx.send(b"r")
+        tx.flush()
+        elapsed = time.monotonic() - t0
+        burst = rate * tx.core.flow.snapshot().get("burst_s", 0.005)
+        assert elapsed >= (n - burst - 256) / rate  # never faster than the limit allows
+        assert len(take(rx, n)) == n
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_try_send_says_not_now_honestly_under_a_rate_limit():
+    rx, tx = pair(linger_s=0.002, max_rate_msgs=1_000.0)
+    try:
+        accepted = refused = 0
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            if tx.try_send(accepted.to_bytes(4, "big")):
+                accepted += 1
+            else:
+                refused += 1
+        tx.flush()
+        assert refused > 0 and 0 < accepted <= 1_000 * 0.5 + 300
+        got = take(rx, accepted)
+        assert [int.from_bytes(m.payload, "big") for m in got] == list(range(accepted))
+        assert tx.snapshot()["try_refused"] == refused
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_ack_frames_larger_than_the_credit_never_overrun_a_small_queue():
+    """frame_msgs (256) is far above the queue (50): credit is taken per message, so a
+    frame never carries more than was granted."""
+    got: list = []
+
+    def slow(m) -> None:
+        got.append(m)
+        if len(got) % 100 == 0:
+            time.sleep(0.005)
+
+    rx, tx = pair("ack", rx_kw={"capacity_msgs": 50, "handler": slow}, linger_s=0.01,
+                  frame_msgs=256)
+    try:
+        for i in range(3_000):
+            tx.send(i.to_bytes(2, "big"), timeout=30)
+        tx.flush()
+        end = time.monotonic() + 30
+        while len(got) < 3_000 and time.monotonic() < end:
+            time.sleep(0.01)
+        snap = rx.snapshot()
+        assert [int.from_bytes(m.payload, "big") for m in got] == list(range(3_000))
+        assert snap["dropped"] == 0 and snap["lost"] == 0 and snap["queue_peak"] <= 50
+        assert tx.frames < 3_000  # and it did batch
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_an_oversized_payload_is_refused_and_nothing_else_is_lost():
+    rx, tx = pair(linger_s=0.5, max_frame_bytes=4_096)
+    try:
+        tx.send(b"a")
+        tx.send(b"b")
+        with pytest.raises(ValueError, match="exceeds max_frame_bytes"):
+            tx.send(b"x" * 5_000)
+        with pytest.raises(ValueError):
+            tx.try_send(b"x" * 5_000)
+        tx.send(b"c")
+        tx.flush()
+        got = take(rx, 3)
+        assert [(m.seq, m.payload) for m in got] == [(0, b"a"), (1, b"b"), (2, b"c")]
+        assert rx.snapshot()["lost"] == 0
+    finally:
+        tx.close()
+        rx.close()
