@@ -45,6 +45,13 @@ class NakConfig:
     #: TCP): 1.25 per 50 ms is x87 per second, and at most x1.6 past a receiver's rate
     #: before its NAK (100 ms later) takes effect.
     ramp_factor: float = 1.25
+    #: ... or every this many round trips once the sender has measured the RTT, if that
+    #: is shorter than step_s (None: always step_s). On loopback or a LAN (RTT <= 1 ms)
+    #: slow start then grows every 10 ms instead of every 50 ms: from 5,000 to 500,000
+    #: msgs/s in 0.2 s instead of 1 s (docs/tuning.md, "Slow start on a short path").
+    ramp_rtts: float | None = 10.0
+    #: ... but never more often than this, s.
+    ramp_min_step_s: float = 0.01
     #: The sender acts on the strongest NAK within this window, s (seed 001: "e.g. 50ms").
     window_s: float = 0.05
     #: Cut factor per NAK level (percent -> multiplier in (0, 1)).
@@ -125,6 +132,11 @@ class NakConfig:
             raise ConfigError("probe_factor must be a finite number > 1")
         if not self.probe_rtts >= 1:
             raise ConfigError("probe_rtts must be >= 1")
+        if self.ramp_rtts is not None and not (self.ramp_rtts > 0
+                                               and math.isfinite(self.ramp_rtts)):
+            raise ConfigError("ramp_rtts must be None or a finite number > 0")
+        if not 0 < self.ramp_min_step_s <= self.step_s:
+            raise ConfigError("ramp_min_step_s must be > 0 and <= step_s")
         if self.probe_after_s is not None and not self.probe_after_s >= self.quiet_s:
             raise ConfigError("probe_after_s must be None or >= quiet_s")
         for name in ("window_s", "step_s", "cubic_c", "burst_s", "quiet_s"):

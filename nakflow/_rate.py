@@ -211,10 +211,20 @@ class NakRateController:
     def _block_increase(self, now: float, current: float) -> None:
         self._set_origin(current, now)
 
+    def ramp_step_s(self) -> float:
+        """How often slow start grows the limit, s: ``step_s``, or ``ramp_rtts`` round
+        trips once the RTT is known, if shorter (at least ``ramp_min_step_s``). A NAK
+        can come back within a round trip, so on a short path slow start need not wait
+        a whole step_s per growth."""
+        cfg = self.config
+        if cfg.ramp_rtts is None or self.rtt_s is None:
+            return cfg.step_s
+        return min(cfg.step_s, max(cfg.ramp_min_step_s, cfg.ramp_rtts * self.rtt_s))
+
     def _anchor(self, now: float) -> None:
-        if self._slow_start:  # the ramp needs no quiet gap: first step one step_s from now
+        if self._slow_start:  # the ramp needs no quiet gap: first step one step from now
             cfg = self.config
-            self._set_origin(self._rate, now - cfg.quiet_s + cfg.step_s)
+            self._set_origin(self._rate, now - cfg.quiet_s + self.ramp_step_s())
         else:
             self._set_origin(self._rate, now)
 
@@ -225,21 +235,34 @@ class NakRateController:
         self._k = _cbrt((self._w - rate) / (cfg.cubic_c * self._w))
         self._next_tick = now + cfg.quiet_s if rate < cfg.max_rate_msgs else math.inf
 
+    def _ramp(self, now: float) -> None:
+        """Slow start: ``ramp_factor`` per step due by ``now``, the step as long as
+        ``ramp_step_s`` says at each step (it shortens once the RTT is known)."""
+        cfg = self.config
+        rate, tick, step, n = self._rate, self._next_tick, self.ramp_step_s(), 0
+        while now >= tick - 1e-9 and rate < cfg.max_rate_msgs and n < 10_000:
+            rate *= cfg.ramp_factor
+            tick += step
+            n += 1
+        self._episode = False
+        self._rate = min(rate, cfg.max_rate_msgs)
+        self._next_tick = math.inf if self._rate >= cfg.max_rate_msgs else tick
+
     def _evaluate(self, now: float) -> None:
         cfg = self.config
         assert self._quiet_from is not None
+        if self._slow_start:
+            self._ramp(now)
+            return
         elapsed = now - self._quiet_from - cfg.quiet_s + 1e-9  # a tick is a tick
         if elapsed < 0:
             return
         steps = math.floor(elapsed / cfg.step_s) + 1
         self._episode = False  # quiet long enough: the next NAK begins a new episode
-        if self._slow_start:
-            rate = self._r0 * cfg.ramp_factor ** min(steps, 10_000)
-        else:
-            rate = self._cubic(steps)
-            probe = self._probe(steps)
-            if probe is not None:
-                rate = max(rate, probe)
+        rate = self._cubic(steps)
+        probe = self._probe(steps)
+        if probe is not None:
+            rate = max(rate, probe)
         rate = min(max(rate, self._r0, cfg.min_rate_msgs), cfg.max_rate_msgs)
         self._rate = rate
         if rate >= cfg.max_rate_msgs:
