@@ -28,6 +28,8 @@ from ._errors import ConfigError
 LINGER_S = 0.0005
 FRAME_MSGS = 256
 FRAME_BYTES = 64 * 1024
+#: What ``FrameBatcher.offer`` says.
+ADDED, FIRST, SEND, NO_ROOM = 0, 1, 2, 3
 #: msgpack's cost of one payload inside a DATA frame's list (bin 32 header), bytes.
 PER_PAYLOAD_OVERHEAD = 5
 #: A DATA frame's fixed fields besides the stream and sender names, at most, bytes.
@@ -71,25 +73,36 @@ class FrameBatcher:
     def __len__(self) -> int:
         return len(self.payloads)
 
-    def fits(self, payload: bytes) -> bool:
-        """Whether ``payload`` joins the frame being built; False means: send the frame
-        first (it would break a bound). Raises ValueError for a payload no frame holds."""
-        size = len(payload) + PER_PAYLOAD_OVERHEAD
-        if size - PER_PAYLOAD_OVERHEAD > self.max_payload:
+    def check(self, payload: bytes) -> None:
+        """Raises ValueError for a payload no frame can hold."""
+        if len(payload) > self.max_payload:
             raise ValueError(f"message of {len(payload)} bytes exceeds max_frame_bytes")
-        return not self.payloads or self.nbytes + size <= self.max_bytes
 
-    def add(self, payload: bytes, now: float) -> bool:
-        """Append an admitted payload (after ``fits``); True if the frame should leave
-        now: a bound is reached, its linger is over, or the sender was idle."""
+    def offer(self, payload: bytes, now: float) -> int:
+        """Offer an admitted payload. Returns ADDED; FIRST (added as the frame's first
+        message: the linger starts); SEND (added, and the frame should leave now: a bound
+        is reached, its linger is over, or the sender was idle); or NO_ROOM (not added:
+        send the frame first, it would break the byte bound). Raises ValueError for a
+        payload no frame can hold (nothing changes then)."""
+        size = len(payload) + PER_PAYLOAD_OVERHEAD
         p = self.payloads
-        if not p:
-            self.first_at = now
+        if p:
+            nbytes = self.nbytes + size
+            if nbytes > self.max_bytes:
+                self.check(payload)
+                return NO_ROOM
+            p.append(payload)
+            self.nbytes = nbytes
+            if (len(p) >= self.max_msgs or nbytes >= self.max_bytes
+                    or now - self.first_at >= self.linger_s):
+                return SEND
+            return ADDED
+        self.check(payload)
         p.append(payload)
-        self.nbytes += len(payload) + PER_PAYLOAD_OVERHEAD
-        return (len(p) >= self.max_msgs or self.nbytes >= self.max_bytes
-                or now - self.first_at >= self.linger_s
-                or now - self.last_out >= self.linger_s)
+        self.nbytes, self.first_at = size, now
+        if now - self.last_out >= self.linger_s or self.max_msgs == 1 or size >= self.max_bytes:
+            return SEND
+        return FIRST
 
     def deadline(self) -> float | None:
         """When the frame being built must leave (None: nothing waits)."""

@@ -21,7 +21,7 @@ import zmq
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
 from ._auth import SharedKey
-from ._batch import FRAME_BYTES, FRAME_MSGS, LINGER_S, FrameBatcher
+from ._batch import FIRST, FRAME_BYTES, FRAME_MSGS, LINGER_S, NO_ROOM, SEND, FrameBatcher
 from ._codec import DEFAULT_MAX_FRAME_BYTES, T_DATA, VERSION, pack_frame
 from ._config import AckConfig, NakConfig, RepairConfig, check_mode
 from ._errors import ConfigError
@@ -101,6 +101,7 @@ class Sender:
                                    max_bytes=frame_bytes, max_frame_bytes=max_frame_bytes,
                                    names_bytes=len(stream.encode()) + len(
                                        self.sender_id.encode()))
+        self._batching = self._batch.enabled
         # held by the application's thread in every call, and by the linger timer while
         # it sends a frame whose linger is over (the PUB socket is used by both)
         self._lock = threading.Lock()
@@ -155,7 +156,7 @@ class Sender:
             if not (self._allow and now < self._allow_until) and not self._take_allowance(now):
                 self.try_refused += 1
                 return False
-            if self._batch.enabled:
+            if self._batching:
                 self._add(payload, now)
                 self._allow -= 1
             else:
@@ -171,13 +172,15 @@ class Sender:
         """
         with self._lock:
             now = time.monotonic()
-            if self._batch.enabled:
+            if self._batching:
                 if (self._allow and now < self._allow_until) or self._take_allowance(now):
-                    self._add(payload, now)  # raises before the permission is spent
+                    r = self._batch.offer(payload, now)  # raises before the permission
+                    if r:  # is spent
+                        self._offered(r, payload, now)
                     self._allow -= 1
                     return
-                if not self._batch.fits(payload) or len(self._batch):
-                    self._send_frame(now)  # what waits goes out before the sender waits
+                self._batch.check(payload)
+                self._send_frame(now)  # what waits goes out before the sender waits
                 granted, wait = self._flow.admit(1, now=now)
                 if not granted:
                     now = self._wait_admit(1, wait, now, timeout)
@@ -187,13 +190,18 @@ class Sender:
 
     def _add(self, payload: bytes, now: float) -> None:
         """Append an admitted payload to the frame being built; send the frame if it
-        should leave now (``FrameBatcher.add``)."""
-        b = self._batch
-        if not b.fits(payload):
+        should leave now (``FrameBatcher.offer``)."""
+        r = self._batch.offer(payload, now)
+        if r:
+            self._offered(r, payload, now)
+
+    def _offered(self, r: int, payload: bytes, now: float) -> None:
+        if r == NO_ROOM:
             self._send_frame(now)
-        if b.add(payload, now):
+            r = self._batch.offer(payload, now)
+        if r == SEND:
             self._send_frame(now)
-        elif len(b) == 1:
+        elif r == FIRST:
             self._arm_timer()
 
     def _send_frame(self, now: float) -> None:

@@ -13,7 +13,15 @@ import time
 import pytest
 
 from nakflow import ConfigError
-from nakflow._batch import FRAME_OVERHEAD, PER_PAYLOAD_OVERHEAD, FrameBatcher
+from nakflow._batch import (
+    ADDED,
+    FIRST,
+    FRAME_OVERHEAD,
+    NO_ROOM,
+    PER_PAYLOAD_OVERHEAD,
+    SEND,
+    FrameBatcher,
+)
 from nakflow.receiver import Receiver
 from nakflow.sender import Sender
 
@@ -27,12 +35,12 @@ def batcher(**kw) -> FrameBatcher:
 # -- the frame builder, sans-I/O ---------------------------------------------------------
 def test_a_message_after_an_idle_spell_leaves_at_once_then_messages_coalesce():
     b = batcher()
-    assert b.add(b"a", 10.0)  # nothing left within the linger: no one to wait for
+    assert b.offer(b"a", 10.0) == SEND  # nothing left within the linger: no one to wait for
     b.take(10.0)
-    assert not b.add(b"b", 10.0002)  # the last frame left 0.2 ms ago: wait for company
-    assert not b.add(b"c", 10.0005)
+    assert b.offer(b"b", 10.0002) == FIRST  # the last frame left 0.2 ms ago: wait
+    assert b.offer(b"c", 10.0005) == ADDED
     assert b.deadline() == pytest.approx(10.0012)
-    assert b.add(b"d", 10.0012)  # the first one has waited its linger
+    assert b.offer(b"d", 10.0012) == SEND  # the first one has waited its linger
     assert b.take(10.0012) == ([b"b", b"c", b"d"], 10.0002)  # stamped with the first's time
     assert b.deadline() is None and len(b) == 0
 
@@ -40,24 +48,29 @@ def test_a_message_after_an_idle_spell_leaves_at_once_then_messages_coalesce():
 def test_the_message_and_byte_bounds_close_a_frame():
     b = batcher(linger_s=10.0)
     b.take(0.0)
-    assert [b.add(bytes([i]), 1.0) for i in range(4)] == [False, False, False, True]
+    assert [b.offer(bytes([i]), 1.0) for i in range(4)] == [FIRST, ADDED, ADDED, SEND]
     b.take(1.0)
     big = b"x" * (500 - PER_PAYLOAD_OVERHEAD)
-    assert b.fits(big) and not b.add(big, 1.0)
-    assert b.fits(big) and b.add(big, 1.0)  # 1,000 payload bytes: the byte bound
+    assert b.offer(big, 1.0) == FIRST
+    assert b.offer(big, 1.0) == SEND  # 1,000 payload bytes: the byte bound
     b.take(1.0)
-    b.add(big, 1.0)
-    assert not b.fits(b"y" * 600)  # would break the byte bound: send the frame first
+    b.offer(big, 1.0)
+    assert b.offer(b"y" * 600, 1.0) == NO_ROOM  # would break the byte bound: send first
+    assert b.payloads == [big]
 
 
 def test_a_payload_no_frame_can_hold_is_refused_and_the_frame_is_kept():
-    b = batcher(max_frame_bytes=FRAME_OVERHEAD + 10 + 100, max_bytes=10_000)
+    b = batcher(max_frame_bytes=FRAME_OVERHEAD + 10 + 100, max_bytes=10_000, linger_s=10.0)
     b.take(0.0)
-    b.add(b"kept", 1.0)
+    b.offer(b"kept", 1.0)
     assert b.max_payload == 100 - PER_PAYLOAD_OVERHEAD
     with pytest.raises(ValueError, match="exceeds max_frame_bytes"):
-        b.fits(b"z" * 96)
+        b.offer(b"z" * 96, 1.0)
     assert b.payloads == [b"kept"] and b.max_bytes <= 100
+    b.take(1.0)
+    with pytest.raises(ValueError):
+        b.offer(b"z" * 96, 1.0)  # nor as a frame's first
+    assert b.payloads == []
 
 
 def test_bad_bounds_are_config_errors():
