@@ -15,6 +15,7 @@ Workloads:
   W4 latency at 1,000, 10,000 and 100,000 msgs/s, two receivers that keep up
   W5 feedback cost at the sender with 1, 4 and 16 receivers, nak against ack
   W6 the shared-key MAC's cost: nak, plain against keyed (ratios against plain)
+  W7 a Spark job (nakflow eval) to three receivers that keep up: nak and ack against none
 
 --smoke runs everything with small counts (CI: it must not rot; no thresholds).
 """
@@ -400,10 +401,30 @@ def w6_shared_key(count: int) -> list[dict[str, Any]]:
     return rows
 
 
+def w7_spark_fast(count: int) -> list[dict[str, Any]]:
+    """``nakflow eval`` with three receivers that keep up (no slow one): what flow control
+    costs a Spark job when there is nothing to control."""
+    log(f"W7 Spark eval, {count:,} rows, three receivers that keep up (its own Spark)")
+    run = subprocess.run(nakflow_cmd("eval", "--rows", str(count), "--slow-rate", "1e9",
+                                     "--capacity", "10000", "--json"),
+                         capture_output=True, text=True, timeout=900)
+    if run.returncode != 0:
+        raise RuntimeError(f"nakflow eval failed: {run.stderr[-2000:]}")
+    doc = json.loads(run.stdout)
+    rates = {r["mode"]: doc["rows"] / r["job_s"] for r in doc["runs"]}
+    rows = []
+    for r in doc["runs"]:
+        rows.append({"workload": "W7", "peer": f"nakflow {r['mode']}",
+                     "rows_per_s": round(rates[r["mode"]]),
+                     "x_none": round(rates[r["mode"]] / rates["none"], 2),
+                     "missing": max(doc["rows"] - x["delivered"] for x in r["receivers"])})
+    return rows
+
+
 WORKLOADS = {"W1": w1_unloaded, "W2": w2_slow, "W3": w3_stall, "W4": w4_latency,
-             "W5": w5_feedback, "W6": w6_shared_key}
+             "W5": w5_feedback, "W6": w6_shared_key, "W7": w7_spark_fast}
 COUNTS = {"W1": 300_000, "W2": 100_000, "W3": 100_000, "W4": 300_000, "W5": 40_000,
-          "W6": 200_000}
+          "W6": 200_000, "W7": 100_000}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,7 +22,7 @@ def test_benchmark_suite_smoke(tmp_path):
                           "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(out.read_text())["results"]
-    assert set(results) == {"W1", "W2", "W3", "W4", "W5", "W6"}
+    assert set(results) == {"W1", "W2", "W3", "W4", "W5", "W6", "W7"}
     peers = {w: [r["peer"] for r in rows] for w, rows in results.items()}
     nakflow = ["nakflow nak", "nakflow ack", "nakflow none"]
     assert peers["W1"] == ["raw pyzmq", "nakflow none", "nakflow nak", "nakflow ack",
@@ -43,6 +43,8 @@ def test_benchmark_suite_smoke(tmp_path):
     assert [r["peer"] for r in results["W6"]] == [
         "nakflow nak", "nakflow nak + shared key", "nakflow nak batch 256",
         "nakflow nak batch 256 + shared key"]
+    assert [r["peer"] for r in results["W7"]] == nakflow
+    assert all(r["missing"] == 0 for r in results["W7"] if r["peer"] != "nakflow none")
     w2 = {r["peer"]: r for r in results["W2"]}
     for peer in ("zmq NODROP", "nakflow ack"):  # lossless by construction
         assert w2[peer]["missing_slow"] == 0 and w2[peer]["missing_others"] == 0
