@@ -145,7 +145,8 @@ def endpoints(lab: Lab, transport: str) -> dict[str, tuple[str, str]]:
 
 
 def run_mode(lab: Lab, mode: str, *, count: int, size: int, timeout_s: float,
-             transport: str = "epgm", capacity: int = 5_000) -> dict[str, Any]:
+             transport: str = "epgm", capacity: int = 5_000,
+             send_args: Sequence[str] = ()) -> dict[str, Any]:
     """One sender on ``lab.hosts[0]``, a receiver on each other host; their snapshots."""
     tx, rxs = lab.hosts[0], lab.hosts[1:]
     eps = endpoints(lab, transport)
@@ -169,7 +170,8 @@ def run_mode(lab: Lab, mode: str, *, count: int, size: int, timeout_s: float,
     sender = lab.popen(tx, nakflow(
         "send", "--data", eps[tx][0], "--feedback", eps[tx][1], "--mode", mode, "--id", "tx",
         "--count", str(count), "--size", str(size), "--wait-receivers", str(len(rxs)),
-        "--wait-timeout", "30", "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        "--wait-timeout", "30", "--json", *send_args), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
     out, err = sender.communicate(timeout=timeout_s + 60)
     if sender.returncode != 0:
         raise RuntimeError(f"sender failed ({sender.returncode}): {err[-2000:]}")
