@@ -153,6 +153,10 @@ class Inbox:
         dropped: list[Message] = []
         with self.cond:
             q = self._queue
+            if len(q) + len(pending) <= cap:  # all of it fits (a consumer that keeps up):
+                enq.update(Counter(map(_key_of, pending)))  # no per-item checks
+                q.extend(pending)
+                pending.clear()
             while pending:
                 if len(q) >= cap:
                     if self.overflow == "block":
