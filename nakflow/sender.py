@@ -1,9 +1,12 @@
-"""The live sender: DATA out over ZeroMQ PUB, feedback in over SUB, one thread.
+"""The live sender: DATA out over ZeroMQ PUB, feedback in over SUB, in the caller's thread.
 
-A thin driver of the sans-I/O policy (``make_sender_flow``): it reads the clock,
-asks the policy, sends, and while it must wait it polls the feedback socket
-with the wait as the timeout, so a blocked sender still reacts to feedback.
-Both sockets belong to the thread that uses the Sender; never share one.
+A thin driver of the sans-I/O core (``SenderCore``): it reads the clock, asks the
+policy, sends, and while it must wait it polls the feedback socket with the wait as
+the timeout, so a blocked sender still reacts to feedback. ``_SenderLink`` holds the
+sockets, feedback and waiting; ``Sender`` the sending API and natural batching
+(``nakflow._batch``), whose linger timer (``_LingerTimer``) is the one other thread
+that touches the PUB socket, always under the sender's lock. Use a Sender from one
+thread.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -36,36 +39,59 @@ MAX_BATCH_MSGS = 1024  # payloads per DATA frame in send_batch
 MAX_BATCH_BYTES = 256 * 1024
 
 
-class Sender:
-    """Publishes a stream to nakflow receivers under ``nak``, ``ack`` or ``none`` control.
+class _LingerTimer:
+    """A daemon thread that sends a frame whose linger is over while the application
+    does not call in (started at the first frame that waits). ``send_frame`` runs with
+    ``lock`` held, as every other use of the sender's PUB socket."""
 
-    Args:
-        data: receivers' data endpoints (list or comma-separated), or a multicast group.
-        feedback: receivers' feedback endpoints, or the feedback multicast group.
-        mode: ``"nak"`` (default), ``"ack"`` or ``"none"``.
-        stream: stream name; feedback for other streams is ignored.
-        sender_id: unique id of this sender (default: random).
-        epoch: incarnation number; a restarted sender must use a new one
-            (default: milliseconds since the Unix epoch, so restarts increase it).
-        nak, ack: policy parameters.
-        hello_interval_s: how often a sender waiting for receivers or credit says HELLO.
-        max_rate_msgs: a cap in every mode (``nak``: its ceiling), msgs/s.
-        timeline_interval_s: sampling interval of ``snapshot()["timeline"]`` (sent,
-            rate limit, credit, blocked time over time; bounded in size).
-        shared_key: seal every frame sent and accept only sealed feedback (HMAC-SHA256,
-            replays refused; see ``nakflow._auth``). For multicast, where CURVE cannot go.
-        repair: history and repair (``nak`` mode; on by default): receivers' requests
-            for lost messages are answered from a bounded history of recent DATA.
-        linger_s, frame_msgs, frame_bytes: natural batching (``nakflow._batch``):
-            ``send`` appends to the DATA frame being built, which leaves when it holds
-            ``frame_msgs`` messages or ``frame_bytes`` payload bytes, when its first
-            message has waited ``linger_s`` (a timer thread sees to it while the
-            application does not call in), before any wait, and on ``flush``, ``poll``
-            and ``close``; a message after an idle spell of ``linger_s`` leaves at once.
-            ``linger_s=0``: one message a frame.
+    def __init__(self, batch: FrameBatcher, lock: threading.Lock,
+                 send_frame: Callable[[float], None], name: str) -> None:
+        self._batch, self._lock, self._send_frame, self._name = batch, lock, send_frame, name
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.closed = False
 
-    Raises:
-        ConfigError, transports.EndpointError: bad arguments.
+    def arm(self) -> None:
+        """A frame's first message is waiting."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, daemon=True, name=self._name)
+            self._thread.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """End the thread (call without holding the lock)."""
+        self.closed = True
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(1.0)
+
+    def _run(self) -> None:
+        batch, wake = self._batch, self._wake
+        while not self.closed:
+            wake.wait()
+            wake.clear()
+            while not self.closed:
+                deadline = batch.deadline()  # read without the lock: a hint, checked below
+                if deadline is None:
+                    break
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                    continue
+                with self._lock:
+                    now = time.monotonic()
+                    due = batch.deadline()
+                    if due is not None and due <= now and not self.closed:
+                        self._send_frame(now)
+
+
+class _SenderLink:
+    """A sender's sockets, feedback and waiting: what ``Sender`` builds its sending on.
+
+    It owns the PUB (DATA out) and SUB (feedback in) sockets and the protocol core,
+    reads feedback (serving repairs) whenever it waits or is due, takes the policy's
+    permission ahead in allowances, and says HELLO while it waits. Both sockets belong
+    to the thread that uses the sender, and to the linger timer under ``_lock``.
     """
 
     def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str], *,
@@ -105,8 +131,8 @@ class Sender:
         # held by the application's thread in every call, and by the linger timer while
         # it sends a frame whose linger is over (the PUB socket is used by both)
         self._lock = threading.Lock()
-        self._timer: threading.Thread | None = None
-        self._timer_wake = threading.Event()
+        self._timer = _LingerTimer(self._batch, self._lock, self._send_frame,
+                                   f"nakflow-tx-linger-{self.sender_id}")
         self._ctx = context or zmq.Context.instance()
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         self._pub, _ = open_pub(self._ctx, data_uris, bind=False, options=options)
@@ -147,7 +173,149 @@ class Sender:
     def timeline(self) -> Any:
         return self.core.timeline
 
-    # -- sending ---------------------------------------------------------------
+    def _send_frame(self, now: float) -> None:
+        """Send the frame being built, stamped with its first message's time."""
+        if self._batch.payloads:
+            payloads, first = self._batch.take(now)
+            self._pub.send(self.core.data(payloads, now=first))
+            self.core.sample(now, self.blocked_s)
+
+    def _take_allowance(self, now: float) -> bool:
+        """Give back what is left of the last allowance, look at feedback (and send due
+        repairs) if due, and take permission for up to ALLOWANCE_MSGS messages; False if
+        none was granted."""
+        self._give_back()
+        if now >= self._next_fb_check:
+            self._read_feedback(now, 0.0)
+        self.core.sample(now, self.blocked_s)
+        k = self._flow.admit_up_to(ALLOWANCE_MSGS, now=now)
+        self._allow = k
+        self._allow_until = self._next_fb_check
+        return k > 0
+
+    def _give_back(self) -> None:
+        if self._allow:
+            self._flow.refund(self._allow)
+            self._allow = 0
+
+    def _wait_admit(self, n: int, wait: float, now: float, timeout: float | None) -> float:
+        start = now
+        give_up = math.inf if timeout is None else now + timeout
+        while True:
+            deadline = self._flow.next_deadline()
+            limit = min(now + wait, give_up, deadline if deadline is not None else math.inf)
+            if math.isinf(wait):  # waiting for credit: let new receivers learn of us
+                limit = min(limit, self._next_hello)
+            self._read_feedback(now, max(0.0, limit - now))
+            before, now = now, time.monotonic()
+            if math.isinf(wait):  # nothing granted: the slowest receiver's credit is spent
+                self.credit_stalled_s += now - before
+            self.core.sample(now, self.blocked_s)
+            if math.isinf(wait) and now >= self._next_hello:
+                self._hello(now)
+            granted, wait = self._flow.admit(n, now=now)
+            if granted:
+                self.blocked_s += now - start
+                return now
+            if now >= give_up:
+                self.blocked_s += now - start
+                raise TimeoutError(f"no permission to send within {timeout} s ({self.mode})")
+
+    def _read_feedback(self, now: float, timeout_s: float) -> None:
+        """Handle pending feedback, waiting up to ``timeout_s`` for the first frame; then
+        send the repairs the policy admits."""
+        self._next_fb_check = now + FEEDBACK_CHECK_S
+        core = self.core
+        if (timeout_s > 0 and not self._poller.poll(max(1, math.ceil(timeout_s * 1000)))
+                and not core.repairs_pending):
+            return
+        frames = drain(self._sub, 10_000)
+        now = time.monotonic()
+        for buf in frames:
+            core.on_feedback(buf, now=now)
+        for buf in core.repairs_due(now=now):
+            self._pub.send(buf)
+
+    def _hello(self, now: float) -> None:
+        self._next_hello = now + self.hello_interval_s
+        self._pub.send(self.core.hello(now=now))
+
+    def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
+        """Block until ``n`` receivers answer this sender's HELLO on the data channel.
+
+        An answer proves the data path from this sender to that receiver is up,
+        which guards against ZeroMQ's slow-joiner loss. In ACK mode each of them
+        must also have granted credit: until its first grant arrives the ledger does
+        not know it, and the others' credit alone would let the sender overrun it.
+        In NAK mode this presence is used only here, never for flow control.
+        Raises TimeoutError.
+        """
+        with self._lock:
+            return self._wait_for_receivers(n, timeout)
+
+    def _wait_for_receivers(self, n: int, timeout: float) -> int:
+        end = time.monotonic() + timeout
+        flow = self._flow
+        while True:
+            now = time.monotonic()
+            ready = set(self.core.echoed)
+            if isinstance(flow, AckFlow):
+                ready = ready & set(flow.ledger.receivers)
+            if len(ready) >= n:
+                return len(ready)
+            if now >= end:
+                raise TimeoutError(f"{len(ready)} of {n} receivers answered in {timeout} s")
+            if now >= self._next_hello:
+                self._hello(now)
+            self._read_feedback(now, max(0.0, min(self._next_hello, end) - now))
+
+    def _linger_for_repairs(self) -> None:
+        """After END, answer repair requests while the core says to (``linger_wait``)."""
+        start = time.monotonic()
+        while True:
+            now = time.monotonic()
+            wait = self.core.linger_wait(start, now=now)
+            if wait is None:
+                return
+            self._read_feedback(now, wait)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Metrics, JSON-ready."""
+        return sender_snapshot(self)
+
+
+class Sender(_SenderLink):
+    """Publishes a stream to nakflow receivers under ``nak``, ``ack`` or ``none`` control.
+
+    Args:
+        data: receivers' data endpoints (list or comma-separated), or a multicast group.
+        feedback: receivers' feedback endpoints, or the feedback multicast group.
+        mode: ``"nak"`` (default), ``"ack"`` or ``"none"``.
+        stream: stream name; feedback for other streams is ignored.
+        sender_id: unique id of this sender (default: random).
+        epoch: incarnation number; a restarted sender must use a new one
+            (default: milliseconds since the Unix epoch, so restarts increase it).
+        nak, ack: policy parameters.
+        hello_interval_s: how often a sender waiting for receivers or credit says HELLO.
+        max_rate_msgs: a cap in every mode (``nak``: its ceiling), msgs/s.
+        timeline_interval_s: sampling interval of ``snapshot()["timeline"]`` (sent,
+            rate limit, credit, blocked time over time; bounded in size).
+        shared_key: seal every frame sent and accept only sealed feedback (HMAC-SHA256,
+            replays refused; see ``nakflow._auth``). For multicast, where CURVE cannot go.
+        repair: history and repair (``nak`` mode; on by default): receivers' requests
+            for lost messages are answered from a bounded history of recent DATA.
+        linger_s, frame_msgs, frame_bytes: natural batching (``nakflow._batch``):
+            ``send`` appends to the DATA frame being built, which leaves when it holds
+            ``frame_msgs`` messages or ``frame_bytes`` payload bytes, when its first
+            message has waited ``linger_s`` (a timer thread sees to it while the
+            application does not call in), before any wait, and on ``flush``, ``poll``
+            and ``close``; a message after an idle spell of ``linger_s`` leaves at once.
+            ``linger_s=0``: one message a frame.
+
+    Raises:
+        ConfigError, transports.EndpointError: bad arguments.
+    """
+
     def try_send(self, payload: bytes) -> bool:
         """Send one message if the policy allows it now; never blocks. True: it was
         admitted (it leaves with the frame being built, within ``linger_s``)."""
@@ -202,41 +370,7 @@ class Sender:
         if r == SEND:
             self._send_frame(now)
         elif r == FIRST:
-            self._arm_timer()
-
-    def _send_frame(self, now: float) -> None:
-        """Send the frame being built, stamped with its first message's time."""
-        if self._batch.payloads:
-            payloads, first = self._batch.take(now)
-            self._pub.send(self.core.data(payloads, now=first))
-            self.core.sample(now, self.blocked_s)
-
-    def _arm_timer(self) -> None:
-        if self._timer is None or not self._timer.is_alive():
-            self._timer = threading.Thread(target=self._linger_timer, daemon=True,
-                                           name=f"nakflow-tx-linger-{self.sender_id}")
-            self._timer.start()
-        self._timer_wake.set()
-
-    def _linger_timer(self) -> None:
-        """Sends a frame whose linger is over while the application does not call in."""
-        batch, wake = self._batch, self._timer_wake
-        while not self._closed:
-            wake.wait()
-            wake.clear()
-            while not self._closed:
-                deadline = batch.deadline()  # read without the lock: a hint, checked below
-                if deadline is None:
-                    break
-                delay = deadline - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                    continue
-                with self._lock:
-                    now = time.monotonic()
-                    due = batch.deadline()
-                    if due is not None and due <= now and not self._closed:
-                        self._send_frame(now)
+            self._timer.arm()
 
     def _send_unbatched(self, payload: bytes, timeout: float | None, now: float) -> None:
         core = self.core
@@ -260,24 +394,6 @@ class Sender:
             if not granted:
                 now = self._wait_admit(1, wait, now, timeout)
         self._emit(now, (payload,))
-
-    def _take_allowance(self, now: float) -> bool:
-        """Give back what is left of the last allowance, look at feedback (and send due
-        repairs) if due, and take permission for up to ALLOWANCE_MSGS messages; False if
-        none was granted."""
-        self._give_back()
-        if now >= self._next_fb_check:
-            self._read_feedback(now, 0.0)
-        self.core.sample(now, self.blocked_s)
-        k = self._flow.admit_up_to(ALLOWANCE_MSGS, now=now)
-        self._allow = k
-        self._allow_until = self._next_fb_check
-        return k > 0
-
-    def _give_back(self) -> None:
-        if self._allow:
-            self._flow.refund(self._allow)
-            self._allow = 0
 
     def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
         """Send many messages in few DATA frames, paced by the policy as a whole.
@@ -311,48 +427,9 @@ class Sender:
             self._emit(now, payloads[i:i + granted])
             i += granted
 
-    def _wait_admit(self, n: int, wait: float, now: float, timeout: float | None) -> float:
-        start = now
-        give_up = math.inf if timeout is None else now + timeout
-        while True:
-            deadline = self._flow.next_deadline()
-            limit = min(now + wait, give_up, deadline if deadline is not None else math.inf)
-            if math.isinf(wait):  # waiting for credit: let new receivers learn of us
-                limit = min(limit, self._next_hello)
-            self._read_feedback(now, max(0.0, limit - now))
-            before, now = now, time.monotonic()
-            if math.isinf(wait):  # nothing granted: the slowest receiver's credit is spent
-                self.credit_stalled_s += now - before
-            self.core.sample(now, self.blocked_s)
-            if math.isinf(wait) and now >= self._next_hello:
-                self._hello(now)
-            granted, wait = self._flow.admit(n, now=now)
-            if granted:
-                self.blocked_s += now - start
-                return now
-            if now >= give_up:
-                self.blocked_s += now - start
-                raise TimeoutError(f"no permission to send within {timeout} s ({self.mode})")
-
     def _emit(self, now: float, payloads: Sequence[bytes]) -> None:
         self._pub.send(self.core.data(payloads, now=now))
         self.core.sample(now, self.blocked_s)
-
-    # -- feedback --------------------------------------------------------------
-    def _read_feedback(self, now: float, timeout_s: float) -> None:
-        """Handle pending feedback, waiting up to ``timeout_s`` for the first frame; then
-        send the repairs the policy admits."""
-        self._next_fb_check = now + FEEDBACK_CHECK_S
-        core = self.core
-        if (timeout_s > 0 and not self._poller.poll(max(1, math.ceil(timeout_s * 1000)))
-                and not core.repairs_pending):
-            return
-        frames = drain(self._sub, 10_000)
-        now = time.monotonic()
-        for buf in frames:
-            core.on_feedback(buf, now=now)
-        for buf in core.repairs_due(now=now):
-            self._pub.send(buf)
 
     def poll(self, timeout_s: float = 0.0) -> None:
         """Handle feedback and serve repairs for up to ``timeout_s`` (a sender with nothing
@@ -368,40 +445,6 @@ class Sender:
                 if time.monotonic() >= end:
                     return
 
-    def _hello(self, now: float) -> None:
-        self._next_hello = now + self.hello_interval_s
-        self._pub.send(self.core.hello(now=now))
-
-    def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
-        """Block until ``n`` receivers answer this sender's HELLO on the data channel.
-
-        An answer proves the data path from this sender to that receiver is up,
-        which guards against ZeroMQ's slow-joiner loss. In ACK mode each of them
-        must also have granted credit: until its first grant arrives the ledger does
-        not know it, and the others' credit alone would let the sender overrun it.
-        In NAK mode this presence is used only here, never for flow control.
-        Raises TimeoutError.
-        """
-        with self._lock:
-            return self._wait_for_receivers(n, timeout)
-
-    def _wait_for_receivers(self, n: int, timeout: float) -> int:
-        end = time.monotonic() + timeout
-        flow = self._flow
-        while True:
-            now = time.monotonic()
-            ready = set(self.core.echoed)
-            if isinstance(flow, AckFlow):
-                ready = ready & set(flow.ledger.receivers)
-            if len(ready) >= n:
-                return len(ready)
-            if now >= end:
-                raise TimeoutError(f"{len(ready)} of {n} receivers answered in {timeout} s")
-            if now >= self._next_hello:
-                self._hello(now)
-            self._read_feedback(now, max(0.0, min(self._next_hello, end) - now))
-
-    # -- ending ----------------------------------------------------------------
     def flush(self) -> None:
         """Send the frame being built, then mark the stream complete: END with the final
         sequence number."""
@@ -416,16 +459,6 @@ class Sender:
         if self.core.seq == 0 and not self.core.said_hello:  # receivers count ENDs of
             self._hello(now)  # streams they heard
         self._pub.send(self.core.end(now=now))
-
-    def _linger_for_repairs(self) -> None:
-        """After END, answer repair requests while the core says to (``linger_wait``)."""
-        start = time.monotonic()
-        while True:
-            now = time.monotonic()
-            wait = self.core.linger_wait(start, now=now)
-            if wait is None:
-                return
-            self._read_feedback(now, wait)
 
     def close(self, linger_s: float | None = None) -> None:
         """Send END (again), serve repair requests for a moment, send BYE, close sockets."""
@@ -447,7 +480,7 @@ class Sender:
             return
         with self._lock:
             self._closed = True
-            self._timer_wake.set()  # the linger timer ends
+            self._timer.closed = True
             try:
                 if end:
                     self._flush()  # END again even after flush(): it is idempotent, and on
@@ -460,19 +493,13 @@ class Sender:
                 linger = None if linger_s is None else int(linger_s * 1000)
                 self._pub.close(linger)
                 self._sub.close(0)
-        if self._timer is not None and self._timer is not threading.current_thread():
-            self._timer.join(1.0)
+        self._timer.stop()
 
     def __enter__(self) -> Sender:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- metrics ---------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        """Metrics, JSON-ready."""
-        return sender_snapshot(self)
 
 
 def sender_snapshot(tx: Any) -> dict[str, Any]:
