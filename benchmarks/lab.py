@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -56,6 +57,9 @@ def _ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {run.stderr.strip()}")
 
 
+_LABS = itertools.count()
+
+
 class Lab:
     """``with Lab(["tx", "rx1", "rx2", "rx3"], bottleneck={"rx3": "8mbit"}) as lab:``"""
 
@@ -64,7 +68,7 @@ class Lab:
         self.hosts = list(hosts)
         self.queue_ms = queue_ms
         self.bottleneck = dict(bottleneck or {})
-        self.prefix = prefix or f"nfl{os.getpid()}"
+        self.prefix = prefix or f"nfl{os.getpid()}n{next(_LABS)}"  # several labs at once
         self.switch = f"{self.prefix}-sw"
         self.address = {h: f"{SUBNET}.{i + 1}" for i, h in enumerate(self.hosts)}
         self.procs: list[subprocess.Popen[str]] = []

@@ -17,14 +17,28 @@ HOSTS = ["tx", "rx1", "rx2", "rx3"]
 COUNT, SIZE = 8_000, 1_000  # 8 MB: 8 s at the bottleneck's 8 Mbit/s
 
 
-@pytest.fixture(scope="module")
-def lab():
+def open_lab(queue_ms: int):
     why = lab_unavailable()
     if why is not None:
         if os.environ.get("CI"):
             pytest.fail(f"the lab must run in CI: {why}")
         pytest.skip(why)
-    with Lab(HOSTS, bottleneck={"rx3": "8mbit"}, queue_ms=200) as running:
+    return Lab(HOSTS, bottleneck={"rx3": "8mbit"}, queue_ms=queue_ms)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with open_lab(200) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def deep_lab():
+    """The bottleneck with a 500 ms queue. Behind a 200 ms one, PGM sometimes never
+    repairs a packet the first burst lost and holds everything behind it, END included
+    (3 of 16 runs beside a CPU burner; README, known limits): no receiver-side signal
+    can get past that hold. With 500 ms: 10 of 10."""
+    with open_lab(500) as running:
         yield running
 
 
@@ -56,11 +70,11 @@ def test_nak_slows_the_sender_to_the_bottleneck_link_and_loses_nothing(lab):
     assert COUNT / run["send_s"] < 1_300, run["send_s"]
 
 
-def test_over_multicast_too_nak_keeps_the_bottleneck_receiver_whole(lab):
+def test_over_multicast_too_nak_keeps_the_bottleneck_receiver_whole(deep_lab):
     """epgm: the link drops the start of the burst and PGM holds everything behind the
     first lost packet; the receiver counts that silence after queueing as congestion,
     so the sender slows until PGM's repairs get through the link."""
-    run = run_mode(lab, "nak", count=COUNT, size=SIZE, timeout_s=90, transport="epgm")
+    run = run_mode(deep_lab, "nak", count=COUNT, size=SIZE, timeout_s=90, transport="epgm")
     for host, snap in run["receivers"].items():
         assert (snap["delivered"], snap["lost"]) == (COUNT, 0), (
             host, {k: snap[k] for k in ("delivered", "lost", "queueing_ms",
