@@ -19,6 +19,51 @@ def _cbrt(x: float) -> float:
     return math.copysign(abs(x) ** (1.0 / 3.0), x)
 
 
+def recovery_bound_s(cfg: NakConfig) -> float:
+    """Upper bound on the time from a NAK back to max_rate under ``cfg``, s: the CUBIC
+    curve from min_rate, or slow start from start_rate, whichever is longer."""
+    w = cfg.min_rate_msgs
+    k_max = _cbrt(1.0 / cfg.cubic_c)
+    rise = _cbrt((cfg.max_rate_msgs / w - 1.0) / cfg.cubic_c)
+    cubic = cfg.quiet_s + k_max + rise + cfg.step_s
+    ramp_steps = math.ceil(math.log(cfg.max_rate_msgs / cfg.start_rate_msgs)
+                           / math.log(cfg.ramp_factor)) + 1
+    return max(cubic, cfg.quiet_s + ramp_steps * cfg.step_s)
+
+
+class RateMeter:
+    """The send rate over fixed periods of ``period_s``: ``on_sent`` counts, ``rate``
+    is the last complete period's figure, ``current`` that or the running period's once
+    it is a quarter through."""
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self._t0: float | None = None
+        self._count = 0
+        self.rate: float | None = None
+
+    def on_sent(self, n: int, *, now: float) -> None:
+        if self._t0 is None:
+            self._t0 = now
+        self._count += n
+        span = now - self._t0
+        if span >= self.period_s:
+            self.rate = self._count / span
+            self._t0 = now
+            self._count = 0
+
+    def unsend(self, n: int) -> None:
+        self._count = max(0, self._count - n)
+
+    def current(self, now: float) -> float | None:
+        if self.rate is not None:
+            return self.rate
+        t0 = self._t0
+        if t0 is not None and now - t0 >= self.period_s / 4:
+            return self._count / (now - t0)
+        return None
+
+
 class NakRateController:
     """Adaptive send-rate limit in msgs/s, driven by NAK levels.
 
@@ -63,10 +108,7 @@ class NakRateController:
         # cached step evaluation: the rate only changes at step ticks
         self._rate = start
         self._next_tick = math.inf if start >= cfg.max_rate_msgs else -math.inf
-        # send-rate meter
-        self._meter_t0: float | None = None
-        self._meter_count = 0
-        self._measured: float | None = None
+        self._meter = RateMeter(cfg.window_s)
         self.rtt_s: float | None = None  # the group's round-trip time, once measured
         # metrics
         self.naks_received: dict[int, int] = {}
@@ -97,34 +139,20 @@ class NakRateController:
 
     def measured_rate(self) -> float | None:
         """Send rate over the last complete meter period, msgs/s (None before one)."""
-        return self._measured
+        return self._meter.rate
 
     def recovery_bound_s(self) -> float:
         """Upper bound on the time from the last NAK back to max_rate, s."""
-        cfg = self.config
-        w = cfg.min_rate_msgs
-        k_max = _cbrt(1.0 / cfg.cubic_c)
-        rise = _cbrt((cfg.max_rate_msgs / w - 1.0) / cfg.cubic_c)
-        cubic = cfg.quiet_s + k_max + rise + cfg.step_s
-        ramp_steps = math.ceil(math.log(cfg.max_rate_msgs / cfg.start_rate_msgs)
-                               / math.log(cfg.ramp_factor)) + 1
-        return max(cubic, cfg.quiet_s + ramp_steps * cfg.step_s)
+        return recovery_bound_s(self.config)
 
     # -- events --------------------------------------------------------------
     def on_sent(self, n: int, *, now: float) -> None:
         """Count ``n`` messages sent at ``now`` (feeds the measured send rate)."""
-        if self._meter_t0 is None:
-            self._meter_t0 = now
-        self._meter_count += n
-        span = now - self._meter_t0
-        if span >= self.config.window_s:
-            self._measured = self._meter_count / span
-            self._meter_t0 = now
-            self._meter_count = 0
+        self._meter.on_sent(n, now=now)
 
     def unsend(self, n: int) -> None:
         """Take back ``n`` messages counted by ``on_sent`` but never sent."""
-        self._meter_count = max(0, self._meter_count - n)
+        self._meter.unsend(n)
 
     def on_nak(self, level: int, *, now: float, fill: float | None = None) -> bool:
         """Apply a NAK of ``level`` percent heard at ``now``. True if it cut the limit.
@@ -135,7 +163,7 @@ class NakRateController:
         """
         now = max(now, self._last_now)
         self._last_now = now
-        factor_level = self._config_level(level)
+        factor_level = next((lv for lv in self._levels_desc if level >= lv), None)
         if factor_level is None:
             self.ignored += 1
             return False
@@ -159,7 +187,7 @@ class NakRateController:
             self._block_increase(now, current)
             return False
         base = current
-        measured = self._sending_rate(now)
+        measured = self._meter.current(now)
         if measured is not None and measured < base:
             base = max(measured, cfg.min_rate_msgs)
         self._window_start = now
@@ -169,21 +197,6 @@ class NakRateController:
         return True
 
     # -- internals -----------------------------------------------------------
-    def _config_level(self, level: int) -> int | None:
-        for lv in self._levels_desc:
-            if level >= lv:
-                return lv
-        return None
-
-    def _sending_rate(self, now: float) -> float | None:
-        """The last complete meter period's rate, else the current partial one."""
-        if self._measured is not None:
-            return self._measured
-        t0 = self._meter_t0
-        if t0 is not None and now - t0 >= self.config.window_s / 4:
-            return self._meter_count / (now - t0)
-        return None
-
     def _cut(self, level: int, base: float, now: float) -> None:
         cfg = self.config
         self.cuts += 1
@@ -294,7 +307,7 @@ class NakRateController:
         return {
             "rate_limit": self._rate,
             "last_cut_base": self._w,
-            "measured_rate": self._measured,
+            "measured_rate": self._meter.rate,
             "naks_received": {str(k): v for k, v in sorted(self.naks_received.items())},
             "cuts": self.cuts,
             "holds": self.holds,

@@ -40,7 +40,156 @@ log = logging.getLogger("nakflow.receiver")
 IDLE_POLL_S = 0.1  # longest the I/O thread sleeps with nothing due (close() also wakes it)
 
 
-class Receiver:
+class _ReceiverIO:
+    """The I/O thread's half of a Receiver: it owns the sockets, reads DATA through the
+    core into the queue (``Inbox``), and sends the feedback the core decides."""
+
+    core: ReceiverCore
+    overflow: str
+    hello_interval_s: float
+    timeline: Timeline
+    error: BaseException | None
+    _data: Any
+    _fb: Any
+    _hear: Any
+    _auth: Any
+    _wake_r: int
+    _wake_w: int
+    _inbox: Inbox
+    _episodes: BackpressureEpisodes
+    _pending: deque[tuple[Key, Message]]
+    _behind_since: float | None
+    _ends_seen: int
+    _chunk: int
+    _stopping: bool
+    _core_lock: threading.Lock
+    _t_end: float | None
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    # -- I/O thread ----------------------------------------------------------------
+    def _io_main(self) -> None:
+        try:
+            self._io_loop()
+        except BaseException as exc:  # surfaced in snapshot()["error"] and the log
+            self.error = exc
+            log.exception("receiver I/O thread failed")
+        finally:
+            try:
+                self._fb.send(self.core.bye(now=time.monotonic()))
+            except zmq.ZMQError:
+                pass
+            self._t_end = time.monotonic()
+            for s in (self._data, self._fb, self._hear):
+                if s is not None:
+                    s.close(200)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._stop_auth()
+            self._inbox.finish()
+
+    def _stop_auth(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+
+    def _io_loop(self) -> None:
+        core = self.core
+        with_data = zmq.Poller()
+        without_data = zmq.Poller()
+        for p in (with_data, without_data):
+            if self._hear is not None:
+                p.register(self._hear, zmq.POLLIN)
+            p.register(self._wake_r, zmq.POLLIN)
+        with_data.register(self._data, zmq.POLLIN)
+        next_hello = time.monotonic()
+        while not self._stopping:
+            now = time.monotonic()
+            if now >= next_hello:
+                with self._core_lock:
+                    self._fb.send(core.hello(now=now))
+                next_hello = now + self.hello_interval_s
+            deadline = min(next_hello, now + IDLE_POLL_S)
+            fd = core.next_deadline()
+            if fd is not None:
+                deadline = min(deadline, fd)
+            blocked = self._pending or (self.overflow == "block" and self._inbox.full)
+            poller = without_data if blocked else with_data
+            events = dict(poller.poll(max(0, math.ceil((deadline - now) * 1000))))
+            with self._core_lock:  # snapshot() reads the core's tables from other threads
+                self._handle(events)
+
+    def _handle(self, events: dict[Any, int]) -> None:
+        if self._data in events:
+            self._read_data()
+        if self._hear is not None and self._hear in events:
+            now = time.monotonic()
+            for buf in drain(self._hear, 1000):
+                self.core.on_overheard(buf, now=now)
+        if self._wake_r in events:
+            try:
+                os.read(self._wake_r, 4096)
+            except BlockingIOError:
+                pass
+        if self._pending:
+            self._flush_chunk()
+        self._feedback(time.monotonic())
+
+    def _read_data(self) -> None:
+        """Read until a chunk of *messages* is pending (a batched frame holds many)."""
+        core, pend, chunk, frames = self.core, self._pending, self._chunk, 0
+        recv, deliver, send = self._data.recv, pend.append, self._fb.send
+        now = time.monotonic()
+        try:
+            while len(pend) < chunk and frames < chunk:
+                buf = recv(zmq.NOBLOCK)
+                frames += 1
+                for out in core.on_data(buf, deliver, now=now):
+                    send(out)
+        except zmq.Again:
+            pass
+        # behind = frames still waiting after a whole chunk was read
+        full = ((len(pend) >= chunk or frames >= chunk)
+                and bool(int(self._data.get(zmq.EVENTS)) & zmq.POLLIN))
+        self._flush_chunk()
+        if core.ends_changed != self._ends_seen:
+            self._ends_seen = core.ends_changed
+            self._inbox.set_ends(core.ends)
+        if not full:
+            self._behind_since = None
+        elif self._behind_since is None:
+            self._behind_since = time.monotonic()
+
+    def _feedback(self, now: float) -> None:
+        core = self.core
+        released, depth = self._inbox.released()
+        for key, n in released.items():
+            core.on_released(key, n)
+        self._episodes.observe(depth, now=now)
+        seen_depth = core.seen_depth(depth, self._behind_since, now=now)
+        for buf in core.poll(seen_depth, now=now):
+            self._fb.send(buf)
+        if self.timeline.due(now):
+            self.timeline.sample(now, depth, seen_depth, core.messages_in, self.delivered,
+                                 core.dropped)
+
+    @property
+    def delivered(self) -> int:
+        """Messages the application took."""
+        return self._inbox.delivered
+
+    def _flush_chunk(self) -> None:
+        """Move pending messages into the queue, applying the overflow policy."""
+        self._inbox.put(self._pending, on_dropped=self.core.on_dropped,
+                        on_enqueued=self.core.on_enqueued)
+
+
+
+class Receiver(_ReceiverIO):
     """Receives a stream into a bounded queue and speaks up only as its policy says.
 
     Args:
@@ -156,11 +305,6 @@ class Receiver:
         return self._inbox.take(max_n, timeout)
 
     @property
-    def delivered(self) -> int:
-        """Messages the application took."""
-        return self._inbox.delivered
-
-    @property
     def queue_peak(self) -> int:
         return self._inbox.queue_peak
 
@@ -232,123 +376,6 @@ class Receiver:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
-
-    # -- I/O thread ----------------------------------------------------------------
-    def _io_main(self) -> None:
-        try:
-            self._io_loop()
-        except BaseException as exc:  # surfaced in snapshot()["error"] and the log
-            self.error = exc
-            log.exception("receiver I/O thread failed")
-        finally:
-            try:
-                self._fb.send(self.core.bye(now=time.monotonic()))
-            except zmq.ZMQError:
-                pass
-            self._t_end = time.monotonic()
-            for s in (self._data, self._fb, self._hear):
-                if s is not None:
-                    s.close(200)
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-            self._stop_auth()
-            self._inbox.finish()
-
-    def _stop_auth(self) -> None:
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
-
-    def _io_loop(self) -> None:
-        core = self.core
-        with_data = zmq.Poller()
-        without_data = zmq.Poller()
-        for p in (with_data, without_data):
-            if self._hear is not None:
-                p.register(self._hear, zmq.POLLIN)
-            p.register(self._wake_r, zmq.POLLIN)
-        with_data.register(self._data, zmq.POLLIN)
-        next_hello = time.monotonic()
-        while not self._stopping:
-            now = time.monotonic()
-            if now >= next_hello:
-                with self._core_lock:
-                    self._fb.send(core.hello(now=now))
-                next_hello = now + self.hello_interval_s
-            deadline = min(next_hello, now + IDLE_POLL_S)
-            fd = core.next_deadline()
-            if fd is not None:
-                deadline = min(deadline, fd)
-            blocked = self._pending or (self.overflow == "block" and self._inbox.full)
-            poller = without_data if blocked else with_data
-            events = dict(poller.poll(max(0, math.ceil((deadline - now) * 1000))))
-            with self._core_lock:  # snapshot() reads the core's tables from other threads
-                self._handle(events)
-
-    def _handle(self, events: dict[Any, int]) -> None:
-        if self._data in events:
-            self._read_data()
-        if self._hear is not None and self._hear in events:
-            now = time.monotonic()
-            for buf in drain(self._hear, 1000):
-                self.core.on_overheard(buf, now=now)
-        if self._wake_r in events:
-            try:
-                os.read(self._wake_r, 4096)
-            except BlockingIOError:
-                pass
-        if self._pending:
-            self._flush_chunk()
-        self._feedback(time.monotonic())
-
-    def _read_data(self) -> None:
-        """Read until a chunk of *messages* is pending (a batched frame holds many)."""
-        core, pend, chunk, frames = self.core, self._pending, self._chunk, 0
-        recv, deliver, send = self._data.recv, pend.append, self._fb.send
-        now = time.monotonic()
-        try:
-            while len(pend) < chunk and frames < chunk:
-                buf = recv(zmq.NOBLOCK)
-                frames += 1
-                for out in core.on_data(buf, deliver, now=now):
-                    send(out)
-        except zmq.Again:
-            pass
-        # behind = frames still waiting after a whole chunk was read
-        full = ((len(pend) >= chunk or frames >= chunk)
-                and bool(int(self._data.get(zmq.EVENTS)) & zmq.POLLIN))
-        self._flush_chunk()
-        if core.ends_changed != self._ends_seen:
-            self._ends_seen = core.ends_changed
-            self._inbox.set_ends(core.ends)
-        if not full:
-            self._behind_since = None
-        elif self._behind_since is None:
-            self._behind_since = time.monotonic()
-
-    def _feedback(self, now: float) -> None:
-        core = self.core
-        released, depth = self._inbox.released()
-        for key, n in released.items():
-            core.on_released(key, n)
-        self._episodes.observe(depth, now=now)
-        seen_depth = core.seen_depth(depth, self._behind_since, now=now)
-        for buf in core.poll(seen_depth, now=now):
-            self._fb.send(buf)
-        if self.timeline.due(now):
-            self.timeline.sample(now, depth, seen_depth, core.messages_in, self.delivered,
-                                 core.dropped)
-
-    def _flush_chunk(self) -> None:
-        """Move pending messages into the queue, applying the overflow policy."""
-        self._inbox.put(self._pending, on_dropped=self.core.on_dropped,
-                        on_enqueued=self.core.on_enqueued)
 
     # -- metrics -----------------------------------------------------------------
     def latency_ms(self) -> dict[str, float | None]:
