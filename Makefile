@@ -4,7 +4,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint stress clean
+.PHONY: setup speedups demo test lint stress clean
 
 setup: $(VENV)/.installed
 
@@ -12,10 +12,14 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 	touch $@
 
-demo: setup
+# the compiled twins of the hot modules (nakflow/_speedups.py); rebuilt after an edit
+speedups: setup
+	$(BIN)/python scripts/build_speedups.py || echo "[speedups] continuing with pure Python"
+
+demo: speedups
 	$(BIN)/nakflow eval
 
-lint: setup
+lint: speedups
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
@@ -30,4 +34,5 @@ stress: setup
 	$(BIN)/python scripts/stress.py -n $(N) $(if $(filter 1,$(BURN)),--burn) $(TEST)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build
+	$(if $(wildcard $(BIN)/python),$(BIN)/python scripts/build_speedups.py --clean,rm -f nakflow/*_c.*.so)

@@ -113,3 +113,8 @@ class FrameBatcher:
         p, first = self.payloads, self.first_at
         self.payloads, self.nbytes, self.last_out = [], 0, now
         return p, first
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

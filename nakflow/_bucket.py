@@ -86,3 +86,8 @@ class TokenBucket:
     def snapshot(self) -> dict[str, Any]:
         return {"rate": self._rate, "tokens": self._tokens, "burst": self._capacity,
                 "waits": self.waits}
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

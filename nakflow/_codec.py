@@ -316,3 +316,8 @@ def decode_data(buf: bytes | bytearray | memoryview,
                 and type(grtt_us) is int and 0 <= grtt_us <= MAX_SEQ):
             return stream, sender, epoch, seq, ts, payloads, grtt_us
     return decode(buf, max_frame_bytes)  # anything else, or a DATA frame that is not valid
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -324,3 +324,8 @@ class CreditGranter:
         return {"senders": len(self._senders), "credits_sent": self.credits_sent,
                 "window": self.window(), "senders_refused": self.refused,
                 "epochs_retired": self.retired}
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -296,3 +296,8 @@ class DelayMonitor:
         elif lowest < buckets[-1][1]:
             buckets[-1][1] = lowest
         return max(0.0, lowest - min(b[1] for b in buckets))
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

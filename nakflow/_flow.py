@@ -356,3 +356,8 @@ def make_receiver_flow(mode: str, *, stream: str, receiver: str, capacity_msgs: 
     if mode == "ack":
         return AckFeedback(stream, receiver, capacity_msgs, ack)
     return NoFeedback(stream, receiver)
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -81,3 +81,8 @@ class GapList:
         del self.gaps[i]
         del self._starts[i]
         self.given_up[gap.kind] += gap.hi - gap.lo
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

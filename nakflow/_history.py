@@ -164,3 +164,8 @@ class SendHistory:
                 "forgotten": self.forgotten_msgs, "resent": self.resent_msgs,
                 "resend_suppressed": self.resend_suppressed, "gone": self.gone_msgs,
                 "ignored": self.ignored_msgs}
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -313,3 +313,8 @@ class NakRateController:
             "holds": self.holds,
             "naks_ignored": self.ignored,
         }
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

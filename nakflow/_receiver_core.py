@@ -312,3 +312,8 @@ class ReceiverCore(InboundChecks):
             "delay_silent_windows": self.delay.silent_windows,
             "queueing_ms": round(self.delay.queueing_s * 1000, 3),
         }
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -142,3 +142,8 @@ class RepairRequester:
         return {"requests_sent": self.requests_sent, "msgs_requested": self.msgs_requested,
                 "requests_suppressed": self.suppressed, "given_up": self.given_up,
                 "streams_missing": len(self.tracker.with_gaps)}
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -256,3 +256,8 @@ class SenderCore(InboundChecks):
             "auth": None if self.mac is None else self.mac.snapshot(),
             "policy": flow,
         }
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -308,3 +308,8 @@ class SequenceTracker:
                          "dropped": st.dropped, "repaired": st.repaired,
                          "beyond_history": st.beyond_history})
         return rows
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -525,3 +525,8 @@ def sender_snapshot(tx: Any) -> dict[str, Any]:
         "policy": policy,
         "timeline": tx.core.timeline.as_dict(t0=tx._t0),
     }
+
+
+from ._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -1,0 +1,79 @@
+"""Compiled twins of the hot modules, with the pure-Python source as the fallback.
+
+The modules in ``HOT`` (the codec, the sequence tracker, the batcher, the flow and rate
+control, both protocol cores, the live Sender) are plain Python and stay the only source.
+``scripts/build_speedups.py`` (run by ``make setup``) compiles each of them, unchanged,
+with Cython into a twin extension module ``nakflow/<name>_c*.so`` and stamps the twin
+with the SHA-256 of the source it came from. The last line of each hot module calls
+``use_compiled(globals())``, which swaps the module's functions and classes for the
+twin's when
+
+* ``NAKFLOW_PURE_PYTHON`` is unset or empty (``1``: run the pure Python, e.g. to compare),
+* the twin imports (it was built, for this Python),
+* and it was built from this very source: a twin older than an edit of its source is
+  stale and is not used (pure Python runs, ``status()`` and a warning say so, and
+  ``make setup`` rebuilds it).
+
+The compiled classes keep the pure module's name (``__module__``), so pickles name
+``nakflow._codec.Data`` whichever runs. Spark's shipped bundle carries only the ``.py``
+files: executors run the pure Python unless nakflow is installed there with its twins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import os
+from typing import Any
+
+#: Modules compiled by scripts/build_speedups.py.
+HOT = ("_codec", "_gaps", "_seqtrack", "_batch", "_bucket", "_rate", "_credit", "_flow",
+       "_fill", "_history", "_repair", "_inbox", "_receiver_core", "_sender_core", "sender")
+TWIN_SUFFIX = "_c"
+ENV = "NAKFLOW_PURE_PYTHON"
+
+log = logging.getLogger("nakflow.speedups")
+_status: dict[str, str] = {}
+
+
+def source_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def use_compiled(ns: dict[str, Any]) -> None:
+    """Called by a hot module's last line with its ``globals()``: take the compiled
+    twin's functions and classes if it may be used (see the module's docstring)."""
+    name: str = ns["__name__"]
+    short = name.rpartition(".")[2]
+    if short.endswith(TWIN_SUFFIX) and short[:-len(TWIN_SUFFIX)] in HOT:
+        return  # this is the twin itself
+    if os.environ.get(ENV):
+        _status[short] = f"pure ({ENV} is set)"
+        return
+    try:
+        twin = importlib.import_module(name + TWIN_SUFFIX)
+    except ImportError:
+        _status[short] = "pure (not compiled: run scripts/build_speedups.py)"
+        return
+    if getattr(twin, "_SOURCE_SHA256", None) != source_sha256(ns["__file__"]):
+        _status[short] = "pure (stale: its source changed since it was compiled)"
+        log.warning("nakflow.%s: the compiled module is older than its source; running the "
+                    "pure Python (rebuild: make setup, or scripts/build_speedups.py)", short)
+        return
+    for key, value in vars(twin).items():
+        if getattr(value, "__module__", None) == twin.__name__:
+            try:
+                value.__module__ = name
+            except (AttributeError, TypeError):
+                pass
+            ns[key] = value
+    _status[short] = "compiled"
+
+
+def status() -> dict[str, str]:
+    """Each hot module: ``"compiled"``, or ``"pure (why)"``."""
+    for short in HOT:
+        importlib.import_module(f"nakflow.{short}")
+    return {short: _status.get(short, "pure") for short in HOT}

@@ -1,0 +1,88 @@
+"""The compiled hot modules (nakflow._speedups) and their pure-Python source agree.
+
+* make setup compiles them: here, with a C compiler and Cython, every one runs compiled;
+* a deterministic workload (codec on valid and mangled frames, the tracker, the batcher,
+  the inbox, whole core simulations) gives bit-identical results compiled and pure;
+* the core modules' own tests pass on the pure Python too (they run compiled in the
+  rest of the suite);
+* an edited source whose twin is stale runs as pure Python and says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import nakflow._seqtrack
+from nakflow import _speedups
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CORE_TESTS = ["tests/test_codec.py", "tests/test_seqtrack.py", "tests/test_rate.py",
+              "tests/test_bucket.py", "tests/test_credit.py", "tests/test_fill.py",
+              "tests/test_repair.py", "tests/test_batching.py", "tests/test_hostile.py",
+              "tests/test_simulations.py"]
+can_build = shutil.which("cc") is not None and importlib.util.find_spec("Cython") is not None
+
+
+def run(env_pure: bool, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != _speedups.ENV}
+    if env_pure:
+        env[_speedups.ENV] = "1"
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(not can_build, reason="no C compiler or no Cython: pure Python only")
+def test_setup_compiled_every_hot_module():
+    assert set(_speedups.status().values()) == {"compiled"}, _speedups.status()
+    on_data = nakflow._seqtrack.SequenceTracker.on_data
+    assert type(on_data).__name__ == "cython_function_or_method"
+    assert nakflow._seqtrack.SequenceTracker.__module__ == "nakflow._seqtrack"  # pickles
+
+
+def test_compiled_and_pure_give_identical_results():
+    outs = {}
+    for pure in (False, True):
+        r = run(pure, "tests/speedups_workload.py")
+        assert r.returncode == 0, r.stderr[-3000:]
+        modes, digests = (json.loads(line) for line in r.stdout.splitlines()[:2])
+        want = "pure" if pure else ("compiled" if can_build else "pure")
+        assert {m.split(" ")[0] for m in modes.values()} == {want}, modes
+        outs[pure] = digests
+    differ = [k for k in outs[False] if outs[False][k] != outs[True][k]]
+    assert not differ, f"compiled and pure Python disagree on {differ}"
+
+
+@pytest.mark.slow
+def test_core_tests_pass_on_pure_python():
+    r = run(True, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CORE_TESTS)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout.splitlines()[-1]
+
+
+def test_a_stale_twin_is_not_used(tmp_path):
+    """A hot module edited after its twin was built runs as pure Python (a copy of the
+    package, so the tree under test is not touched)."""
+    if _speedups.status()["_gaps"] != "compiled":
+        pytest.skip("no compiled modules here")
+    pkg = tmp_path / "nakflow"
+    shutil.copytree(ROOT / "nakflow", pkg)
+    with open(pkg / "_gaps.py", "a") as f:
+        f.write("\n# an edit after the build\n")
+    env = {k: v for k, v in os.environ.items() if k != _speedups.ENV}
+    env["PYTHONPATH"] = str(tmp_path)
+    r = subprocess.run([sys.executable, "-c", "import json, nakflow._speedups as s; "
+                        "print(json.dumps(s.status()))"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    modes = json.loads(r.stdout)
+    assert modes["_gaps"].startswith("pure (stale"), modes
+    assert modes["_codec"] == "compiled"
+    assert "older than its source" in r.stderr
