@@ -4,7 +4,9 @@
 
 Prints, per scenario and mode: the send rate, the worst receiver's goodput, what the
 queues and the network dropped, what repair brought back, and what stayed missing.
-Then repair requests per second at the sender as receivers are added (suppression).
+Then repair requests per second at the sender as receivers are added (suppression):
+shared loss with the cores; independent loss with the cores and, to 10,000 receivers,
+the vectorised model.
 Issue 13's targets: gc-pauses, NAK with repair 0 unrepaired and goodput >= ACK's;
 latency sweep, NAK goodput >= 0.9x its 1 ms figure and 0 unrepaired where the history
 covers 2x the bandwidth-delay product.
@@ -18,6 +20,7 @@ from dataclasses import replace
 
 from nakflow import RepairConfig
 from simulations.cores import CoreSimParams, simulate_cores
+from simulations.fanout_repair import repair_requests
 
 VARIANTS = (("nak+repair", "nak", True), ("nak", "nak", False), ("ack", "ack", True))
 
@@ -62,6 +65,28 @@ def main() -> None:
                       for x in r["receivers"])
         print(f"  {n:>4} receivers: {r['repair']['requests'] / r['sim_s']:6.1f} requests/s, "
               f"{missing} missing", flush=True)
+    print("\nrepair requests at the sender: 1 % of frames lost at each receiver on its own, "
+          "10 ms RTT; cores (1 s of data), then the vectorised model (simulations/"
+          "fanout_repair.py) at the cores' frame rate", flush=True)
+    print(f"{'receivers':>10} {'source':>14} {'backoff_s':>9} {'frames/s':>8} "
+          f"{'lost_by_any':>11} {'requests/s':>10} {'per_lost':>8} {'sent/s':>8}", flush=True)
+    fps = 1_200.0
+    for n in (10, 30) if args.quick else (10, 30, 100):
+        p = CoreSimParams(receivers=n, rtt_s=0.01, duration_s=1.0, data_loss=0.01)
+        r = simulate_cores(p, "nak", seed=3)
+        fps = r["sent"] / p.batch / p.duration_s
+        rq = r["repair"]["requests"] / p.duration_s
+        any_lost = 1.0 - 0.99 ** n  # expected share of frames someone lost
+        print(f"{n:>10} {'cores':>14} {p.repair.backoff_s:>9} {fps:>8.0f} {any_lost:>11.1%} "
+              f"{rq:>10.0f} {rq / (fps * any_lost):>8.2f} {r['sent']:>8}", flush=True)
+    for backoff in (RepairConfig().backoff_s, 0.2):
+        for n in (10, 100, 1_000, 10_000):
+            m = repair_requests(n, loss=0.01, frames_per_s=fps, rtt_s=0.01, duration_s=2.0,
+                                repair=RepairConfig(backoff_s=backoff), seed=1)
+            print(f"{n:>10} {'model':>14} {backoff:>9} {fps:>8.0f} "
+                  f"{m['frames_lost_by_anyone'] / m['frames']:>11.1%} "
+                  f"{m['requests_per_s']:>10.0f} {m['requests_per_lost_frame']:>8.2f} "
+                  f"{'-':>8}", flush=True)
 
 
 if __name__ == "__main__":

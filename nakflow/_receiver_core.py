@@ -87,7 +87,7 @@ class ReceiverCore(InboundChecks):
         ncfg = nak or NakConfig()
         self.window_s = ncfg.window_s
         self.loss = LossMonitor(ncfg.loss_fill if mode == "nak" else (), ncfg.window_s,
-                                ncfg.loss_min_msgs)
+                                ncfg.loss_min_msgs, ncfg.loss_min_frames)
         self.delay = DelayMonitor(ncfg.delay_fill if mode == "nak" else (), ncfg.window_s)
         self.ends: dict[Key, int] = {}
         self.ends_changed = 0
@@ -254,7 +254,9 @@ class ReceiverCore(InboundChecks):
         if self.dropped > self._dropped_seen:  # overflowed since the last look: it was full
             self._dropped_seen = self.dropped
             seen = self.capacity_msgs
-        loss_fill = self.loss.observe(self.tracker.gap_msgs, self.tracker.arrived, now=now)
+        tr = self.tracker
+        loss_fill = self.loss.observe(tr.gap_msgs, tr.arrived, now=now, gap_events=tr.gap_events,
+                                      frames=tr.frames)
         path_fill = max(loss_fill, self.delay.observe(now=now))
         if path_fill:  # the path queues or drops what it cannot carry: as if our queue were
             seen = max(seen, math.ceil(path_fill * self.capacity_msgs))

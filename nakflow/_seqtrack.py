@@ -121,6 +121,8 @@ class SequenceTracker:
         self._intervals = 0  # over all of _seen
         self.arrived = 0  # messages in DATA frames, ever (repairs not included)
         self.gap_msgs = 0  # messages found missing in flight (a gap in a stream), ever
+        self.frames = 0  # DATA frames accounted, ever
+        self.gap_events = 0  # gaps found in flight, ever (one may span many frames)
         self.evicted = 0
         self.seen_evicted = 0
 
@@ -136,9 +138,11 @@ class SequenceTracker:
         end = seq + count
         st.received += count
         self.arrived += count
+        self.frames += 1
         if seq > st.next_seq:
             st.lost += seq - st.next_seq
             self.gap_msgs += seq - st.next_seq
+            self.gap_events += 1
             if self.repair:
                 self._gaps(key, st).add(st.next_seq, seq, LOST, -1.0)
         overlap = max(0, min(end, st.next_seq) - seq)

@@ -134,17 +134,48 @@ def test_rtt_scaled_holdoff_stays_below_the_window():
 
 
 # -- the path as congestion: loss in flight and queueing delay -----------------------
-def test_loss_in_flight_counts_as_fill_by_its_share_per_window():
+def test_loss_in_flight_counts_as_fill_by_its_share_per_span():
     from nakflow._fill import LossMonitor
 
-    m = LossMonitor(NakConfig().loss_fill, window_s=0.05, min_msgs=64)
-    assert m.observe(0, 0, now=0.0) == 0.0  # the first call starts a window
-    assert m.observe(1, 99, now=0.06) == 0.0  # 1 % missing: repair's business only
-    assert m.observe(1 + 12, 99 + 88, now=0.12) == 0.5  # 12 %: the lowest level
-    assert m.observe(13, 187, now=0.14) == 0.5  # held until the window closes
-    assert m.observe(13 + 60, 187 + 40, now=0.18) == 1.0  # 60 %: a full queue's worth
-    assert m.observe(73 + 10, 227 + 20, now=0.24) == 0.0  # too few messages to judge
+    m = LossMonitor(NakConfig().loss_fill, window_s=0.05, min_msgs=64, min_frames=10)
+    assert m.observe(0, 0, now=0.0) == 0.0  # the first call starts a span
+    # (messages missing, arrived; gaps and frames are keywords)
+    assert m.observe(1, 99, gap_events=1, frames=10, now=0.06) == 0.0  # 1 %: repair only
+    assert m.observe(13, 187, gap_events=3, frames=20, now=0.12) == 0.5  # 12 %: lowest level
+    assert m.observe(13, 187, gap_events=3, frames=20, now=0.14) == 0.5  # held a window
+    assert m.observe(73, 227, gap_events=4, frames=22, now=0.18) == 0.0  # the hold is over;
+    # 60 % of messages but 3 frames: too few to judge yet, the span goes on ...
+    assert m.observe(80, 240, gap_events=5, frames=28, now=0.22) == 1.0  # ... to 10 frames
+    assert m.observe(85, 260, gap_events=6, frames=30, now=0.30) == 0.0  # too few again
     assert m.windows == 2
+
+
+def test_random_loss_at_many_receivers_is_not_read_as_congestion():
+    """The sender acts on the worst receiver: 200 receivers, 1 % of 16-message frames
+    lost at random at 320 frames/s (slow start's first rate) for 2 s. Judged over 100
+    frames no receiver's loss reads as a fill (expected 1e-4 times); judged per 50 ms
+    window (16 frames, the rule before) it did about 90 times."""
+    import random
+
+    from nakflow._fill import LossMonitor
+
+    def fills(min_frames: int) -> int:
+        rng = random.Random(5)
+        n = 0
+        for _ in range(200):
+            m = LossMonitor(NakConfig().loss_fill, 0.05, 64, min_frames)
+            lost = arrived = gaps = frames = 0
+            for i in range(640):
+                if rng.random() < 0.01:
+                    lost, gaps = lost + 16, gaps + 1
+                else:
+                    arrived, frames = arrived + 16, frames + 1
+                n += m.observe(lost, arrived, gap_events=gaps, frames=frames,
+                               now=i / 320) > 0 and m._fill_until == i / 320 + 0.05
+        return n
+
+    assert fills(NakConfig().loss_min_frames) == 0
+    assert fills(1) > 30
 
 
 def test_queueing_delay_counts_as_fill_and_clock_offsets_cancel():
