@@ -310,6 +310,24 @@ def test_a_heard_receiver_that_never_grants_is_evicted_and_does_not_rejoin_by_he
     assert ledger.sendable(now=1.4) == 50
 
 
+def test_a_granting_receiver_restarted_after_eviction_rejoins_by_hello_with_no_credit():
+    """Killed, evicted, restarted under its id: its HELLO holds the sender back until its
+    first grant, as a new receiver's does (before, it got the others' pace until its
+    credit arrived: 248 drops in a full-suite run of test_faults); a mute one stays out."""
+    ledger = CreditLedger(AckConfig(receiver_timeout_s=1.0))
+    ledger.on_credit("a", 1_000, now=0.0)
+    ledger.on_credit("r2", 1_000, now=0.0)
+    ledger.on_presence("mute", now=0.0)
+    ledger.on_credit("a", 1_000, now=0.9)
+    assert ledger.sendable(now=1.05) == 1_000  # r2 and mute evicted
+    ledger.on_presence("r2", now=1.5)  # restarted
+    ledger.on_presence("mute", now=1.5)
+    assert ledger.sendable(now=1.6) == 0
+    ledger.on_credit("r2", 600, now=1.7)
+    assert ledger.sendable(now=1.8) == 600
+    assert "mute" not in ledger.receivers
+
+
 def test_a_new_epoch_of_a_sender_retires_the_old_ones_reservation():
     """A sender killed mid-stream sends no END: its grant would keep reserving the queue
     for sender_timeout_s. Its restart (same id, newer epoch) proves it dead: the
