@@ -41,6 +41,7 @@ class RateMeter:
         self._t0: float | None = None
         self._count = 0
         self.rate: float | None = None
+        self.peak: float | None = None  # the highest complete period's rate
 
     def on_sent(self, n: int, *, now: float) -> None:
         if self._t0 is None:
@@ -48,7 +49,9 @@ class RateMeter:
         self._count += n
         span = now - self._t0
         if span >= self.period_s:
-            self.rate = self._count / span
+            self.rate = rate = self._count / span
+            if self.peak is None or rate > self.peak:
+                self.peak = rate
             self._t0 = now
             self._count = 0
 
@@ -62,6 +65,35 @@ class RateMeter:
         if t0 is not None and now - t0 >= self.period_s / 4:
             return self._count / (now - t0)
         return None
+
+
+class RateMemory:
+    """The rate senders reached on a path, remembered for the next sender on it.
+
+    A sender that ends hands in its validated rate (``NakRateController.validated_rate``:
+    the limit, but no more than it really sent at); a sender starting on the same path
+    (stream and data endpoints) within ``max_age_s`` starts from there instead of slow
+    start's ``initial_rate_msgs``. That is TCP's temporal sharing (RFC 9040; Linux keeps
+    such per-destination metrics in ``tcp_metrics``): a Spark job's tasks run one after
+    another in the same Python worker, and each would climb from 5,000 msgs/s again.
+    If the path got slower since, the first NAK cuts as usual. No clock: ``now`` in.
+    """
+
+    def __init__(self, max_age_s: float = 10.0, max_paths: int = 256) -> None:
+        self.max_age_s, self.max_paths = max_age_s, max_paths
+        self._paths: dict[Any, tuple[float, float]] = {}  # key -> (rate, when)
+
+    def recall(self, key: Any, *, now: float) -> float | None:
+        got = self._paths.get(key)
+        if got is None or now - got[1] > self.max_age_s:
+            return None
+        return got[0]
+
+    def remember(self, key: Any, rate: float, *, now: float) -> None:
+        self._paths.pop(key, None)
+        self._paths[key] = (rate, now)
+        while len(self._paths) > self.max_paths:
+            del self._paths[next(iter(self._paths))]
 
 
 class NakRateController:
@@ -140,6 +172,12 @@ class NakRateController:
     def measured_rate(self) -> float | None:
         """Send rate over the last complete meter period, msgs/s (None before one)."""
         return self._meter.rate
+
+    def validated_rate(self, *, now: float) -> float | None:
+        """The limit, but no higher than the highest rate really sent at over a meter
+        period (a limit never used is not known to be safe); None before one period."""
+        peak = self._meter.peak
+        return None if peak is None else min(self.rate(now=now), peak)
 
     def recovery_bound_s(self) -> float:
         """Upper bound on the time from the last NAK back to max_rate, s."""

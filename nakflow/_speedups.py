@@ -14,9 +14,12 @@ twin's when
   stale and is not used (pure Python runs, ``status()`` and a warning say so, and
   ``make setup`` rebuilds it).
 
-The compiled classes keep the pure module's name (``__module__``), so pickles name
-``nakflow._codec.Data`` whichever runs. Spark's shipped bundle carries only the ``.py``
-files: executors run the pure Python unless nakflow is installed there with its twins.
+A hot module must not hold module-level state that changes (a registry, a cache): the
+twin runs the module's body again and would hold its own copy (``nakflow._shared`` is
+where such state lives). The compiled classes keep the pure module's name
+(``__module__``), so pickles name ``nakflow._codec.Data`` whichever runs. Spark's
+shipped bundle carries only the ``.py`` files: executors run the pure Python unless
+nakflow is installed there with its twins.
 """
 
 from __future__ import annotations

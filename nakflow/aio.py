@@ -37,6 +37,7 @@ import zmq.asyncio
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
 from ._auth import SharedKey
+from ._batch import FIRST, FRAME_BYTES, FRAME_MSGS, LINGER_S, NO_ROOM, SEND, FrameBatcher
 from ._codec import DEFAULT_MAX_FRAME_BYTES
 from ._config import AckConfig, NakConfig, RepairConfig, check_mode
 from ._episodes import BackpressureEpisodes
@@ -47,7 +48,7 @@ from ._sender_core import SenderCore
 from ._seqtrack import MAX_STREAMS
 from ._timeline import Timeline
 from .receiver import IDLE_POLL_S, open_receiver_sockets, receiver_snapshot
-from .sender import sender_snapshot
+from .sender import FEEDBACK_CHECK_S, sender_snapshot
 
 __all__ = ["AsyncReceiver", "AsyncSender"]
 
@@ -69,7 +70,13 @@ async def _readable(poller: zmq.asyncio.Poller, timeout_s: float) -> set[Any]:
 
 
 class AsyncSender:
-    """The asyncio twin of ``nakflow.Sender`` (same arguments, but no CURVE)."""
+    """The asyncio twin of ``nakflow.Sender`` (same arguments, but no CURVE).
+
+    Natural batching as the Sender's (``linger_s``, ``frame_msgs``, ``frame_bytes``):
+    admitted messages join the frame being built, which leaves at a bound, when its
+    linger is over (a timer of the running loop; a call in between also sends it), before
+    any wait, and on ``flush``/``close``. ``linger_s=0``: one message a frame.
+    """
 
     def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str], *,
                  mode: str = "nak", stream: str = "default", sender_id: str | None = None,
@@ -79,7 +86,8 @@ class AsyncSender:
                  max_rate_msgs: float | None = None,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  shared_key: SharedKey | None = None,
-                 repair: RepairConfig | None = None) -> None:
+                 repair: RepairConfig | None = None, linger_s: float = LINGER_S,
+                 frame_msgs: int = FRAME_MSGS, frame_bytes: int = FRAME_BYTES) -> None:
         _no_curve(options)
         self.mode, self.stream = check_mode(mode), stream
         self.sender_id = sender_id or f"s-{uuid.uuid4().hex[:12]}"
@@ -98,13 +106,66 @@ class AsyncSender:
         self._poller = zmq.asyncio.Poller()
         self._poller.register(self._asub, zmq.POLLIN)
         self._next_hello = self._t0
+        self._next_fb_check = self._t0
         self._closed = False
         self.blocked_s = self.credit_stalled_s = 0.0
         self.try_refused = 0
+        self._batch = FrameBatcher(linger_s=linger_s, max_msgs=frame_msgs,
+                                   max_bytes=frame_bytes, max_frame_bytes=max_frame_bytes,
+                                   names_bytes=len(stream.encode()) + len(
+                                       self.sender_id.encode()))
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def sent(self) -> int:
-        return self.core.seq
+        """Messages sent (or waiting in the frame being built)."""
+        return self.core.seq + len(self._batch)
+
+    @property
+    def seq(self) -> int:
+        return self.core.seq + len(self._batch)
+
+    def _send_frame(self, now: float) -> None:
+        """Send the frame being built, stamped with its first message's time."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._batch.payloads:
+            payloads, first = self._batch.take(now)
+            self._pub.send(self.core.data(payloads, now=first))
+            self.core.sample(now, self.blocked_s)
+
+    def _add(self, payload: bytes, now: float) -> None:
+        """An admitted payload joins the frame being built (FrameBatcher.offer)."""
+        if not self._batch.enabled:
+            self._pub.send(self.core.data((payload,), now=now))
+            return
+        r = self._batch.offer(payload, now)
+        if r == NO_ROOM:
+            self._send_frame(now)
+            r = self._batch.offer(payload, now)
+        if r == SEND:
+            self._send_frame(now)
+        elif r == FIRST:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop to linger on (try_send outside one): send now
+                self._send_frame(now)
+                return
+            if self._timer is None:
+                self._timer = loop.call_at(loop.time() + self._batch.linger_s, self._linger_over)
+
+    def _linger_over(self) -> None:
+        self._timer = None
+        due = self._batch.deadline()
+        if due is None or self._closed:
+            return
+        now = time.monotonic()
+        if due <= now:
+            self._send_frame(now)
+        else:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_at(loop.time() + due - now, self._linger_over)
 
     def _feedback(self, now: float) -> None:
         """Handle pending feedback and send the repairs the policy admits now."""
@@ -152,25 +213,39 @@ class AsyncSender:
         self.core.sample(now, self.blocked_s)
         return granted, now
 
+    def _admit_now(self, now: float) -> bool:
+        """Permission for one message at ``now`` without waiting (feedback looked at
+        every FEEDBACK_CHECK_S, as the threaded Sender does)."""
+        if now >= self._next_fb_check:
+            self._next_fb_check = now + FEEDBACK_CHECK_S
+            self._feedback(now)
+        return self.core.flow.admit(1, now=now)[0] > 0
+
     async def send(self, payload: bytes, timeout: float | None = None) -> None:
-        """Send one message, waiting (without blocking the loop) as the policy says."""
-        _, now = await self._admit(1, timeout)
-        self._pub.send(self.core.data((payload,), now=now))
+        """Send one message, waiting (without blocking the loop) as the policy says.
+        Raises ValueError for a payload larger than a frame may be."""
+        self._batch.check(payload)
+        now = time.monotonic()
+        if not self._admit_now(now):
+            self._send_frame(now)  # what waits goes out before the sender waits
+            _, now = await self._admit(1, timeout)
+        self._add(payload, now)
 
     def try_send(self, payload: bytes) -> bool:
-        """Send one message if the policy allows it now; never waits."""
+        """Send one message if the policy allows it now; never waits. True: it was
+        admitted (it leaves with the frame being built, within ``linger_s``)."""
+        self._batch.check(payload)
         now = time.monotonic()
-        self._feedback(now)
-        granted, _ = self.core.flow.admit(1, now=now)
-        if not granted:
+        if not self._admit_now(now):
             self.try_refused += 1
             return False
-        self._pub.send(self.core.data((payload,), now=now))
+        self._add(payload, now)
         return True
 
     async def send_batch(self, payloads: Sequence[bytes], max_frame_msgs: int = 256,
                          timeout: float | None = None) -> None:
         """Send many messages in frames of up to ``max_frame_msgs``, paced as a whole."""
+        self._send_frame(time.monotonic())
         i = 0
         while i < len(payloads):
             granted, now = await self._admit(min(max_frame_msgs, len(payloads) - i), timeout)
@@ -194,8 +269,10 @@ class AsyncSender:
             await self._wait_feedback(max(0.0, min(self._next_hello, end) - now))
 
     def flush(self) -> None:
-        """Mark the stream complete: END with the final sequence number."""
+        """Send the frame being built, then mark the stream complete: END with the final
+        sequence number."""
         now = time.monotonic()
+        self._send_frame(now)
         if self.core.seq == 0 and not self.core.said_hello:
             self._pub.send(self.core.hello(now=now))
         self._pub.send(self.core.end(now=now))

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import zmq
@@ -30,6 +31,7 @@ from ._config import AckConfig, NakConfig, RepairConfig, check_mode
 from ._errors import ConfigError
 from ._flow import AckFlow
 from ._sender_core import SenderCore
+from ._shared import RATE_MEMORY
 
 FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
 #: ``send`` takes permission for up to this many messages at once and spends it without
@@ -104,7 +106,8 @@ class _SenderLink:
                  timeline_interval_s: float = 0.05,
                  shared_key: SharedKey | None = None,
                  repair: RepairConfig | None = None, linger_s: float = LINGER_S,
-                 frame_msgs: int = FRAME_MSGS, frame_bytes: int = FRAME_BYTES) -> None:
+                 frame_msgs: int = FRAME_MSGS, frame_bytes: int = FRAME_BYTES,
+                 remember_rate: bool = False) -> None:
         self.mode = check_mode(mode)
         if not stream or len(stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
@@ -117,6 +120,16 @@ class _SenderLink:
         self.max_frame_bytes = max_frame_bytes
         self._t0 = time.monotonic()
         self._wall_offset = time.time() - self._t0
+        data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
+        self._rate_key = ((stream, tuple(sorted(data_uris)))
+                          if remember_rate and self.mode == "nak" else None)
+        self.start_rate_msgs: float | None = None  # where slow start began, if remembered
+        if self._rate_key is not None:
+            self.start_rate_msgs = RATE_MEMORY.recall(self._rate_key, now=self._t0)
+            if self.start_rate_msgs is not None:
+                cfg = nak or NakConfig()
+                nak = replace(cfg, initial_rate_msgs=min(max(
+                    self.start_rate_msgs, cfg.min_rate_msgs), cfg.max_rate_msgs))
         self.core = SenderCore(mode=self.mode, stream=stream, sender_id=self.sender_id,
                                epoch=self.epoch, nak=nak, ack=ack, repair=repair,
                                max_rate_msgs=max_rate_msgs, shared_key=shared_key,
@@ -134,7 +147,6 @@ class _SenderLink:
         self._timer = _LingerTimer(self._batch, self._lock, self._send_frame,
                                    f"nakflow-tx-linger-{self.sender_id}")
         self._ctx = context or zmq.Context.instance()
-        data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         self._pub, _ = open_pub(self._ctx, data_uris, bind=False, options=options)
         try:
             self._sub, _ = open_sub(self._ctx, fb_uris, bind=False, options=options)
@@ -311,6 +323,11 @@ class Sender(_SenderLink):
             application does not call in), before any wait, and on ``flush``, ``poll``
             and ``close``; a message after an idle spell of ``linger_s`` leaves at once.
             ``linger_s=0``: one message a frame.
+        remember_rate: (``nak``) start from the rate the last sender on the same path
+            (stream and data endpoints) in this process validated, if it ended within
+            10 s, instead of slow start's ``initial_rate_msgs`` (``_rate.RateMemory``;
+            ``start_rate_msgs`` says where it began). For jobs that send in a series of
+            short-lived senders, as Spark tasks do.
 
     Raises:
         ConfigError, transports.EndpointError: bad arguments.
@@ -486,6 +503,7 @@ class Sender(_SenderLink):
                     self._flush()  # END again even after flush(): it is idempotent, and on
                     # a lossy transport (multicast without flow control) one copy can be lost
                     self._linger_for_repairs()
+                    self._remember_rate()
                 else:  # what was admitted goes out; the stream stays incomplete (no END)
                     self._send_frame(time.monotonic())
                 self._pub.send(self.core.bye(now=time.monotonic()))
@@ -494,6 +512,16 @@ class Sender(_SenderLink):
                 self._pub.close(linger)
                 self._sub.close(0)
         self._timer.stop()
+
+    def _remember_rate(self) -> None:
+        """A stream that ended leaves its validated rate for the next sender on its path."""
+        ctrl = getattr(self._flow, "controller", None)
+        if self._rate_key is None or ctrl is None:
+            return
+        now = time.monotonic()
+        rate = ctrl.validated_rate(now=now)
+        if rate is not None:
+            RATE_MEMORY.remember(self._rate_key, rate, now=now)
 
     def __enter__(self) -> Sender:
         return self
@@ -521,6 +549,7 @@ def sender_snapshot(tx: Any) -> dict[str, Any]:
         "blocked_s": round(tx.blocked_s, 6),
         "credit_stalled_s": round(tx.credit_stalled_s, 6),
         "try_refused": tx.try_refused,
+        "start_rate_msgs": getattr(tx, "start_rate_msgs", None),
         **core,
         "policy": policy,
         "timeline": tx.core.timeline.as_dict(t0=tx._t0),

@@ -35,6 +35,9 @@ class WriterConfig:
             the most a task holds in memory beyond Spark's own iterator.
         batch_linger_s: longest a row waits for others to share its frame, s (0: one
             row a frame).
+        remember_rate: (``nak``) a task starts from the rate the previous task in the same
+            Python worker reached on the same receivers (within 10 s), not from slow
+            start's initial rate (``Sender(remember_rate=True)``).
         serializer: ``row -> bytes``; default: msgpack of a dict per row.
         wait_receivers: before sending, wait until this many receivers answered
             (guards against ZeroMQ's slow-joiner loss; 0: do not wait).
@@ -63,6 +66,7 @@ class WriterConfig:
     max_rate_msgs: float | None = None
     batch_rows: int = 128
     batch_linger_s: float = LINGER_S
+    remember_rate: bool = True
     serializer: Callable[[Any], bytes] | None = None
     wait_receivers: int = 0
     wait_timeout_s: float = 30.0

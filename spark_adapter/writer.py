@@ -41,6 +41,7 @@ METRICS_COLUMNS: tuple[tuple[str, str], ...] = (
     ("blocked_s", "double"), ("credit_stalled_s", "double"),
     ("naks", "bigint"), ("naks_by_level", "map<string,bigint>"), ("cuts", "bigint"),
     ("final_rate_limit", "double"), ("feedback_frames", "bigint"), ("receivers", "int"),
+    ("start_rate_limit", "double"),
 )
 METRICS_DDL = ", ".join(f"{name} {kind}" for name, kind in METRICS_COLUMNS)
 
@@ -127,7 +128,7 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
                     sender_id=identity.sender_id, epoch=identity.attempt, nak=config.nak,
                     ack=ack, repair=config.repair, max_rate_msgs=config.max_rate_msgs,
                     options=config.options, linger_s=config.batch_linger_s,
-                    frame_msgs=config.batch_rows,
+                    frame_msgs=config.batch_rows, remember_rate=config.remember_rate,
                     shared_key=(None if config.shared_key_file is None
                                 else load_shared_key(config.shared_key_file)))
     ok = False
@@ -166,7 +167,7 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
         "naks_by_level": naks, "cuts": int(snap["cuts"]),
         "final_rate_limit": None if snap["rate_limit"] is None else float(snap["rate_limit"]),
         "feedback_frames": snap["feedback_frames"], "receivers": int(snap["receivers"] or 0),
-        "rtt_ms": snap["rtt_ms"],
+        "rtt_ms": snap["rtt_ms"], "start_rate_limit": snap["start_rate_msgs"],
     }
 
 

@@ -137,3 +137,58 @@ def test_async_sender_repairs_what_a_lossy_receiver_missed():
     assert rs["test_dropped"] > 0 and rs["repaired"] > 0
     assert seqs == set(range(5_000)) and rs["lost"] == 0
     assert ts["repair"]["requests"] > 0
+
+
+def test_async_sender_batches_naturally_and_its_linger_timer_sends_what_waits():
+    """Per-message sends leave in few frames, in order; a message that waits in the
+    frame being built while the application only awaits something else leaves by the
+    loop's timer within the linger; close() sends what is left."""
+    async def main():
+        async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="ack",
+                                 capacity_msgs=20_000) as rx:
+            async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="ack",
+                                   linger_s=0.005) as tx:
+                await tx.wait_for_receivers(1)
+                await asyncio.sleep(0.02)  # idle: the next message leaves at once
+                for i in range(5_000):
+                    await tx.send(b"%d" % i)
+                frames_after_burst = tx.snapshot()["frames"]
+                await tx.send(b"lone-1")  # within the linger of the burst's last frame
+                await tx.send(b"lone-2")
+                waiting = tx.snapshot()["frames"] == frames_after_burst or tx._batch.payloads
+                got = await rx.get_many(10_000, timeout=5)
+                while len(got) < 5_002:
+                    more = await rx.get_many(10_000, timeout=5)
+                    assert more, f"{len(got)} of 5,002 arrived"
+                    got += more
+                frames = tx.snapshot()["frames"]
+            return got, frames, bool(waiting)
+
+    got, frames, waiting = asyncio.run(main())
+    assert [m.payload for m in got] == [b"%d" % i for i in range(5_000)] + [b"lone-1",
+                                                                            b"lone-2"]
+    assert [m.seq for m in got] == list(range(5_002))
+    assert waiting  # the two lone messages did wait for company ...
+    assert frames < 1_000  # ... and the burst shared frames (5,000 messages)
+
+
+def test_async_sender_with_linger_zero_sends_a_frame_per_message():
+    async def main():
+        async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak") as rx:
+            async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="nak",
+                                   linger_s=0) as tx:
+                await tx.wait_for_receivers(1)
+                for i in range(300):
+                    await tx.send(b"%d" % i)
+                with pytest.raises(ValueError):
+                    await tx.send(b"x" * (17 * 1024 * 1024))
+                frames = tx.snapshot()["frames"]
+            got = []
+            while len(got) < 300:
+                more = await rx.get_many(1_000, timeout=5)
+                assert more
+                got += more
+            return got, frames
+
+    got, frames = asyncio.run(main())
+    assert frames == 300 and [m.seq for m in got] == list(range(300))

@@ -13,6 +13,7 @@ import pytest
 
 from nakflow import AckConfig
 from nakflow._local import LocalReceivers, ReceiverSpec, nakflow_cmd, run_mode
+from nakflow.receiver import Receiver
 from nakflow.sender import Sender
 from tests.flood import send_under_flood
 
@@ -153,3 +154,32 @@ def test_demo_runs_from_the_console_script():
     table = json.loads(proc.stdout)["table"]
     assert {row["receiver"] for row in table} == {"slow", "fast-1", "fast-2"}
     assert all(row["delivered"] == 5000 and row["dropped"] == 0 for row in table)
+
+
+def test_a_sender_remembering_its_path_starts_where_the_last_one_ended():
+    """Senders one after another on the same path (as a Spark job's tasks in one Python
+    worker): with remember_rate the second starts from the first's validated rate; without
+    it, or on another stream, from slow start's initial rate."""
+    from nakflow._shared import RATE_MEMORY
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak",
+                  capacity_msgs=50_000, stream="mem") as rx:
+        def run(remember: bool, stream: str = "mem") -> Sender:
+            tx = Sender(rx.data_endpoints, rx.feedback_endpoints, mode="nak", stream=stream,
+                        remember_rate=remember)
+            tx.wait_for_receivers(1)
+            for _ in range(30_000):
+                tx.send(b"m" * 50)
+            tx.close()
+            while rx.get_many(100_000, timeout=0.5):  # empty the queue for the next run
+                pass
+            return tx
+
+        first = run(True)
+        key = ("mem", tuple(sorted(rx.data_endpoints)))
+        left = RATE_MEMORY.recall(key, now=time.monotonic())
+        assert first.start_rate_msgs is None and left is not None and left > 5_000
+        second = run(True)
+        assert second.start_rate_msgs == left
+        assert second.core.flow.controller.config.initial_rate_msgs == left
+        assert run(False).start_rate_msgs is None

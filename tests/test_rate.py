@@ -267,3 +267,27 @@ def test_after_naks_stop_rate_returns_to_max_within_bound(events, max_rate):
     assert math.isfinite(bound)
     assert ctrl.rate(now=now + bound) == cfg.max_rate_msgs
     assert ctrl.next_deadline() is None
+
+
+def test_rate_memory_recalls_a_recent_paths_rate_and_forgets_old_and_many():
+    from nakflow._rate import RateMemory
+
+    mem = RateMemory(max_age_s=10.0, max_paths=2)
+    mem.remember(("s", ("tcp://a",)), 80_000.0, now=100.0)
+    assert mem.recall(("s", ("tcp://a",)), now=105.0) == 80_000.0
+    assert mem.recall(("s", ("tcp://b",)), now=105.0) is None  # another path
+    assert mem.recall(("s", ("tcp://a",)), now=110.5) is None  # too old
+    mem.remember("b", 1.0, now=0.0)
+    mem.remember("c", 2.0, now=0.0)  # a third path: the least recent one goes
+    assert mem.recall(("s", ("tcp://a",)), now=101.0) is None and mem.recall("c", now=1) == 2
+
+
+def test_validated_rate_is_the_limit_but_no_more_than_was_really_sent():
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=5_000))
+    assert ctrl.validated_rate(now=0.0) is None  # nothing sent over a period yet
+    for i in range(100):  # 1,000 msgs/s for 0.1 s, far below the limit
+        ctrl.on_sent(1, now=i / 1_000)
+    assert ctrl.validated_rate(now=0.1) == pytest.approx(1_000, rel=0.05)
+    for i in range(1_000):  # then 1,000,000 msgs/s, above it: the limit is what counts
+        ctrl.on_sent(1_000, now=0.1 + i / 1_000)
+    assert ctrl.validated_rate(now=1.1) == ctrl.rate(now=1.1)
