@@ -48,7 +48,7 @@ from ._sender_core import SenderCore
 from ._seqtrack import MAX_STREAMS
 from ._timeline import Timeline
 from .receiver import IDLE_POLL_S, open_receiver_sockets, receiver_snapshot
-from .sender import FEEDBACK_CHECK_S, sender_snapshot
+from .sender import FEEDBACK_CHECK_S, REPAIR_POLL_S, sender_snapshot
 
 __all__ = ["AsyncReceiver", "AsyncSender"]
 
@@ -287,7 +287,8 @@ class AsyncSender:
             self.flush()
             start = time.monotonic()
             while (wait := core.linger_wait(start, now=time.monotonic())) is not None:
-                await self._wait_feedback(min(wait, 0.01) if core.repairs_pending else wait)
+                await self._wait_feedback(min(wait, REPAIR_POLL_S) if core.repairs_pending
+                                          else wait)
             self._pub.send(core.bye(now=time.monotonic()))
         finally:
             self._apub.close()

@@ -37,6 +37,10 @@ FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feed
 #: ``send`` takes permission for up to this many messages at once and spends it without
 #: asking the policy again until the next feedback check; what is left then is given back.
 ALLOWANCE_MSGS = 256
+#: While repairs are pending after END, look again this often (each look sends what the
+#: limit admits, up to REPAIR_CHUNK_MSGS): waiting on feedback instead held W1's batched
+#: NAK repairs to about 5,000 msgs/s, past the history's age for some.
+REPAIR_POLL_S = 0.001
 MAX_BATCH_MSGS = 1024  # payloads per DATA frame in send_batch
 MAX_BATCH_BYTES = 256 * 1024
 
@@ -289,6 +293,8 @@ class _SenderLink:
             wait = self.core.linger_wait(start, now=now)
             if wait is None:
                 return
+            if self.core.repairs_pending:  # do not sleep on feedback while repairs wait:
+                wait = min(wait, REPAIR_POLL_S)  # they leave as fast as the limit admits
             self._read_feedback(now, wait)
 
     def snapshot(self) -> dict[str, Any]:

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from nakflow import RepairConfig
+from nakflow import NakConfig, RepairConfig
 from nakflow._local import LocalReceivers, ReceiverSpec, run_sender
+from nakflow.receiver import Receiver
 from nakflow.sender import Sender
 from transports import SocketOptions
 
@@ -120,3 +121,29 @@ def test_the_simulator_of_the_real_cores_agrees_with_a_live_run():
     assert 0.67 <= ratio <= 1.5, (tx["rate_msgs"], sim["send_rate_msgs"])
     for got in (tx["rate_msgs"], sim["send_rate_msgs"]):
         assert 0.5 * rate <= got <= 1.6 * rate  # the receivers' rate governs both
+
+
+def test_repairs_after_end_leave_at_the_limits_pace_not_the_feedbacks():
+    """30 % of DATA frames lost on arrival, 50,000 messages sent at full speed, a history
+    of 1 s: what is still asked for after END is re-sent as fast as the rate limit
+    admits. The linger used to sleep on feedback between chunks of 256 (about 5,000
+    msgs/s in W1), and part of the tail aged out of the history (beyond_history 1,024
+    here with that wait put back)."""
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak", capacity_msgs=200_000,
+                  test_data_loss=0.3, nak=NakConfig(loss_fill=())) as rx:
+        tx = Sender(rx.data_endpoints, rx.feedback_endpoints, mode="nak",
+                    nak=NakConfig(initial_rate_msgs=None),
+                    repair=RepairConfig(history_age_s=1.0))
+        tx.wait_for_receivers(1)
+        tx.send_batch([b"x" * 100] * 50_000)
+        t0 = time.monotonic()
+        tx.close()
+        took = time.monotonic() - t0
+        assert rx.wait_for_ends(1, 10)
+        end = time.monotonic() + 15
+        while rx.awaiting_repair() and time.monotonic() < end:
+            time.sleep(0.05)
+        s = rx.snapshot()
+        print({"close_s": round(took, 3), **{k: s[k] for k in (
+            "repaired", "beyond_history", "test_dropped")}})
+        assert s["beyond_history"] == 0 and rx.depth() == 50_000
