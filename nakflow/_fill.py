@@ -72,6 +72,8 @@ class FillMonitor:
         self._rng = rng if cfg.backoff_s > 0 else None
         self._pending_at: float | None = None
         self._pending_level = 0
+        self._pending_from = (0.0, 0.0)  # (now, fill) when the pending NAK fell due
+        self.hurried = 0  # NAKs sent before their hold-off ended (the queue would fill)
         self.rtt_s = 0.0
         self._backoff_s = cfg.backoff_s
         self._slope = 0.0  # fill growth, percent per s, smoothed
@@ -115,8 +117,11 @@ class FillMonitor:
             if self._pending_at is None or held > self._pending_level:
                 self._pending_at = now + backoff_delay(self._rng.random(), self._backoff_s)
                 self._pending_level = held
+                self._pending_from = (now, fill)
             if now < self._pending_at:
-                return None
+                if not self._fills_before(fill, now, self._pending_at):
+                    return None
+                self.hurried += 1
             self._pending_at = None
         self._last_level = held
         self._last_t = now
@@ -127,6 +132,16 @@ class FillMonitor:
         if ahead != fill and held > (unpredicted or 0):
             self.predicted += 1  # only the prediction reached this level
         return held
+
+    def _fills_before(self, fill: float, now: float, until: float) -> bool:
+        """At the growth since the pending NAK fell due, does the queue reach the top
+        level before ``until``? Then the hold-off (there for suppression) is not worth
+        waiting out: a full queue drops (batched slow start on loopback filled it from 50
+        to 100 % within the 10 ms hold-off, and only NAK(100) ever went out)."""
+        t0, f0 = self._pending_from
+        if now <= t0 or fill <= f0:
+            return False
+        return fill + (fill - f0) / (now - t0) * (until - now) >= self._levels_desc[0]
 
     def on_heard(self, level: int, *, now: float) -> None:
         """Another receiver's NAK of ``level`` for this stream was overheard at ``now``."""
@@ -173,6 +188,7 @@ class FillMonitor:
             "naks_sent": {str(k): v for k, v in sorted(self.naks_sent.items())},
             "naks_suppressed": self.suppressed,
             "naks_predicted": self.predicted,
+            "naks_hurried": self.hurried,
             "grtt_ms": round(self.rtt_s * 1000, 3),
         }
 

@@ -47,6 +47,9 @@ class VecFillMonitor:
         self._rng = rng if cfg.backoff_s > 0 else None
         self.pending_at = np.full(n, np.inf)
         self.pending_level = np.zeros(n, np.int64)
+        self.pending_t0 = np.zeros(n)
+        self.pending_f0 = np.zeros(n)
+        self.hurried = 0
         self._zeros.setflags(write=False)  # returned when nobody speaks: read-only
         self.rtt_s = 0.0
         self._backoff_s = cfg.backoff_s
@@ -122,7 +125,16 @@ class VecFillMonitor:
                 delay = self._backoff_s / BACKOFF_LAMBDA * np.log1p(u * math.expm1(BACKOFF_LAMBDA))
                 self.pending_at[start] = now + delay
                 self.pending_level[start] = held[start]
-            fresh = fresh & (now >= self.pending_at)
+                self.pending_t0[start] = now
+                self.pending_f0[start] = real[start]
+            # as FillMonitor._fills_before: no waiting out a hold-off the queue fills in
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                growth = (real - self.pending_f0) / (now - self.pending_t0)
+                hurry = (fresh & (now < self.pending_at) & (now > self.pending_t0)
+                         & (real > self.pending_f0)
+                         & (real + growth * (self.pending_at - now) >= self.levels_desc[0]))
+            self.hurried += int(hurry.sum())
+            fresh = fresh & ((now >= self.pending_at) | hurry)
             self.pending_at[fresh] = np.inf
         self.last_level = np.where(run & (held == 0), 0, np.where(fresh, held, last))
         self._any_last = bool(self.last_level.any())

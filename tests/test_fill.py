@@ -261,3 +261,28 @@ def test_a_switched_off_delay_monitor_keeps_nothing():
         m.on_delay(f"s{i}", 0.01)
         m.observe(now=i * 0.001)
     assert m._win == {} and m._base == {}
+
+
+class _Draw:
+    """An rng that always draws ``u`` (the hold-off is then known)."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def random(self) -> float:
+        return self.u
+
+
+def test_a_nak_does_not_wait_out_a_hold_off_the_queue_would_fill_in():
+    """The hold-off is for suppression among receivers; when the fill's growth since the
+    NAK fell due would reach the top level before it ends, the NAK goes now."""
+    from nakflow._fill import backoff_delay
+
+    cfg = NakConfig(backoff_s=0.01, predict_rtts=0.0)
+    holdoff = backoff_delay(0.9, cfg.backoff_s)  # about 9.9 ms
+    slow, fast = FillMonitor(1_000, cfg, rng=_Draw(0.9)), FillMonitor(1_000, cfg, rng=_Draw(0.9))
+    assert slow.update(500, now=0.0) is None and fast.update(500, now=0.0) is None  # due, held
+    assert slow.update(510, now=0.001) is None  # +1 %/ms: 60 % at the hold-off's end: wait
+    assert fast.update(600, now=0.001) == 50  # +10 %/ms: full within it: now
+    assert (slow.hurried, fast.hurried) == (0, 1)
+    assert slow.update(520, now=holdoff + 1e-6) == 50  # the slow one after its hold-off
