@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -105,8 +106,9 @@ def _send_during_stall(mode: str, ack: AckConfig | None = None) -> dict[str, flo
 
 def test_stalled_receiver_nak_keeps_sending_to_the_others():
     r = _send_during_stall("nak")
-    assert r["before"] > 2_000, r
-    assert r["stall_early"] > 0.5 * r["before"] and r["stall_late"] > 0.5 * r["before"], r
+    why = json.dumps(r)  # a str: pytest prints it whole (a dict's repr it cuts short)
+    assert r["before"] > 2_000, why
+    assert r["stall_early"] > 0.5 * r["before"] and r["stall_late"] > 0.5 * r["before"], why
 
 
 def test_stalled_receiver_ack_stalls_until_timeout_then_recovers():
