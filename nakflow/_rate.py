@@ -179,10 +179,6 @@ class NakRateController:
         peak = self._meter.peak
         return None if peak is None else min(self.rate(now=now), peak)
 
-    def recovery_bound_s(self) -> float:
-        """Upper bound on the time from the last NAK back to max_rate, s."""
-        return recovery_bound_s(self.config)
-
     # -- events --------------------------------------------------------------
     def on_sent(self, n: int, *, now: float) -> None:
         """Count ``n`` messages sent at ``now`` (feeds the measured send rate)."""

@@ -54,6 +54,12 @@ class Message(NamedTuple):
 Deliver = Callable[[tuple[Key, Message]], None]
 
 
+def saturation_fill(behind_s: float, window_s: float) -> float:
+    """The fill an I/O thread behind for ``behind_s`` stands for (SATURATION_FILL; 0: none)."""
+    return next((fill for windows, fill in SATURATION_FILL if behind_s / window_s >= windows),
+                0.0)
+
+
 class ReceiverCore(InboundChecks):
     """Receiver protocol state. ``on_data`` / ``on_overheard`` take raw frames;
     ``poll`` returns the feedback frames to send (sealed if keyed)."""
@@ -230,11 +236,9 @@ class ReceiverCore(InboundChecks):
         self.dropped += 1
         self.tracker.on_dropped(msg.sender, msg.epoch, msg.seq)
 
-    # -- frames out ------------------------------------------------------------
     def _frame(self, frame: Frame, now: float) -> bytes:
-        buf = encode(frame)
-        if self.mac is not None:
-            buf = self.mac.seal(buf, now=now + self.wall_offset)
+        buf = encode(frame) if self.mac is None else self.mac.seal(encode(frame),
+                                                                    now=now + self.wall_offset)
         self.feedback_sent += 1
         self.feedback_bytes += len(buf)
         return buf
@@ -254,20 +258,14 @@ class ReceiverCore(InboundChecks):
         if self.dropped > self._dropped_seen:  # overflowed since the last look: it was full
             self._dropped_seen = self.dropped
             seen = self.capacity_msgs
-        tr = self.tracker
-        loss_fill = self.loss.observe(tr.gap_msgs, tr.arrived, now=now, gap_events=tr.gap_events,
-                                      frames=tr.frames)
-        path_fill = max(loss_fill, self.delay.observe(now=now))
-        if path_fill:  # the path queues or drops what it cannot carry: as if our queue were
-            seen = max(seen, math.ceil(path_fill * self.capacity_msgs))
-        if behind_since is not None:
-            behind = (now - behind_since) / self.window_s
-            for windows, fill in SATURATION_FILL:
-                if behind >= windows:
-                    seen = max(seen, math.ceil(fill * self.capacity_msgs))
-                    self.saturated_polls += 1
-                    break
-        return seen
+        tr = self.tracker  # the path queues or drops what it cannot carry, or the I/O
+        fill = max(self.delay.observe(now=now), self.loss.observe(  # thread is behind:
+            tr.gap_msgs, tr.arrived, now=now, gap_events=tr.gap_events, frames=tr.frames))
+        if behind_since is not None and (sat := saturation_fill(now - behind_since,
+                                                                  self.window_s)):
+            self.saturated_polls += 1
+            fill = max(fill, sat)
+        return max(seen, math.ceil(fill * self.capacity_msgs)) if fill else seen  # as if full
 
     def poll(self, seen_depth: int, *, now: float) -> list[bytes]:
         """Feedback due at ``now`` with the queue seen ``seen_depth`` full."""
@@ -286,16 +284,10 @@ class ReceiverCore(InboundChecks):
         flow = self.flow.snapshot()
         totals = self.tracker.totals()
         return {
-            "frames": self.frames_in,
-            "received": totals["received"],
-            "dropped": self.dropped,
-            "dropped_unrepaired": totals["dropped"],
-            "lost": totals["lost"],
-            "repaired": totals["repaired"],
-            "beyond_history": totals["beyond_history"],
-            "repair_redundant": totals["redundant"],
-            "missed_before_join": totals["missed_before_join"],
-            "duplicates": totals["duplicates"],
+            "frames": self.frames_in, "dropped": self.dropped,
+            **{k: totals[k] for k in ("received", "lost", "repaired", "beyond_history",
+                                      "missed_before_join", "duplicates")},
+            "dropped_unrepaired": totals["dropped"], "repair_redundant": totals["redundant"],
             "streams_evicted": self.tracker.evicted,
             "malformed": self.malformed,
             "foreign": self.foreign,
@@ -305,8 +297,7 @@ class ReceiverCore(InboundChecks):
             "repair": None if self.requester is None else self.requester.snapshot(),
             "test_dropped": self.test_dropped,
             "auth": None if self.mac is None else self.mac.snapshot(),
-            "feedback_frames": self.feedback_sent,
-            "feedback_bytes": self.feedback_bytes,
+            "feedback_frames": self.feedback_sent, "feedback_bytes": self.feedback_bytes,
             "senders": self.tracker.per_sender(),
             "io_saturated_polls": self.saturated_polls,
             "loss_windows": self.loss.windows,

@@ -27,6 +27,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PKG = ROOT / "nakflow"
 sys.path.insert(0, str(ROOT))
+# the twins are imported only to read their stamps: the package itself runs pure here
+# (else a stale twin warns about itself while it is being rebuilt)
+os.environ["NAKFLOW_PURE_PYTHON"] = "1"
 
 from nakflow._speedups import HOT, TWIN_SUFFIX, source_sha256  # noqa: E402
 

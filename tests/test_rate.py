@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nakflow import ConfigError, NakConfig, NakRateController
+from nakflow._rate import recovery_bound_s
 
 
 def measured(ctrl: NakRateController, rate: float, t0: float, t1: float) -> None:
@@ -201,7 +202,7 @@ def test_unknown_levels_map_down_and_below_lowest_is_ignored():
 def test_initial_rate_below_max_ramps_from_first_use():
     ctrl = NakRateController(NakConfig(initial_rate_msgs=1_000, max_rate_msgs=2_000))
     assert ctrl.rate(now=5.0) == 1_000
-    assert ctrl.rate(now=5.0 + ctrl.recovery_bound_s()) == 2_000
+    assert ctrl.rate(now=5.0 + recovery_bound_s(ctrl.config)) == 2_000
 
 
 def test_config_rejects_nonsense():
@@ -263,7 +264,7 @@ def test_after_naks_stop_rate_returns_to_max_within_bound(events, max_rate):
     for gap, level in events:
         now += gap
         ctrl.on_nak(level, now=now)
-    bound = ctrl.recovery_bound_s()
+    bound = recovery_bound_s(ctrl.config)
     assert math.isfinite(bound)
     assert ctrl.rate(now=now + bound) == cfg.max_rate_msgs
     assert ctrl.next_deadline() is None
