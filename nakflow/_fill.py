@@ -135,13 +135,16 @@ class FillMonitor:
 
     def _fills_before(self, fill: float, now: float, until: float) -> bool:
         """At the growth since the pending NAK fell due, does the queue reach the top
-        level before ``until``? Then the hold-off (there for suppression) is not worth
-        waiting out: a full queue drops (batched slow start on loopback filled it from 50
-        to 100 % within the 10 ms hold-off, and only NAK(100) ever went out)."""
+        level after a NAK sent now could still act (one RTT) but before one sent at
+        ``until`` could? Then the hold-off (there for suppression) is not worth waiting
+        out (batched slow start on loopback filled the queue from 50 to 100 % within the
+        10 ms hold-off, and only NAK(100) ever went out). When even a NAK sent now comes
+        too late (a long RTT), hurrying only adds a weaker cut: the NAK waits."""
         t0, f0 = self._pending_from
         if now <= t0 or fill <= f0:
             return False
-        return fill + (fill - f0) / (now - t0) * (until - now) >= self._levels_desc[0]
+        full_at = now + (self._levels_desc[0] - fill) * (now - t0) / (fill - f0)
+        return now + self.rtt_s < full_at <= until + self.rtt_s
 
     def on_heard(self, level: int, *, now: float) -> None:
         """Another receiver's NAK of ``level`` for this stream was overheard at ``now``."""

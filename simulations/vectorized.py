@@ -129,10 +129,11 @@ class VecFillMonitor:
                 self.pending_f0[start] = real[start]
             # as FillMonitor._fills_before: no waiting out a hold-off the queue fills in
             with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                growth = (real - self.pending_f0) / (now - self.pending_t0)
+                full_at = now + ((self.levels_desc[0] - real) * (now - self.pending_t0)
+                                 / (real - self.pending_f0))
                 hurry = (fresh & (now < self.pending_at) & (now > self.pending_t0)
-                         & (real > self.pending_f0)
-                         & (real + growth * (self.pending_at - now) >= self.levels_desc[0]))
+                         & (real > self.pending_f0) & (now + self.rtt_s < full_at)
+                         & (full_at <= self.pending_at + self.rtt_s))
             self.hurried += int(hurry.sum())
             fresh = fresh & ((now >= self.pending_at) | hurry)
             self.pending_at[fresh] = np.inf

@@ -286,3 +286,7 @@ def test_a_nak_does_not_wait_out_a_hold_off_the_queue_would_fill_in():
     assert fast.update(600, now=0.001) == 50  # +10 %/ms: full within it: now
     assert (slow.hurried, fast.hurried) == (0, 1)
     assert slow.update(520, now=holdoff + 1e-6) == 50  # the slow one after its hold-off
+    far = FillMonitor(1_000, cfg, rng=_Draw(0.9))
+    far.set_rtt(0.2)  # a NAK sent now acts only after the queue is full anyway: it waits
+    assert far.update(500, now=0.0) is None and far.update(600, now=0.001) is None
+    assert far.hurried == 0
