@@ -21,6 +21,8 @@ latency includes the linger.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ._errors import ConfigError
 
 #: Defaults: a message waits at most this long for others to share its DATA frame, s; a
@@ -103,6 +105,18 @@ class FrameBatcher:
         if now - self.last_out >= self.linger_s or self.max_msgs == 1 or size >= self.max_bytes:
             return SEND
         return FIRST
+
+    def settle(self, r: int, payload: bytes, now: float,
+               send_frame: Callable[[float], None]) -> bool:
+        """Act on what ``offer(payload, now)`` said (``r``, not ADDED): send the frame with
+        ``send_frame`` when it should leave (NO_ROOM: send, then offer again). True when
+        the payload began a new frame, whose linger timer the caller arms."""
+        if r == NO_ROOM:
+            send_frame(now)
+            r = self.offer(payload, now)
+        if r == SEND:
+            send_frame(now)
+        return r == FIRST
 
     def deadline(self) -> float | None:
         """When the frame being built must leave (None: nothing waits)."""

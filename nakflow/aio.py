@@ -37,7 +37,7 @@ import zmq.asyncio
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
 from ._auth import SharedKey
-from ._batch import FIRST, FRAME_BYTES, FRAME_MSGS, LINGER_S, NO_ROOM, SEND, FrameBatcher
+from ._batch import FRAME_BYTES, FRAME_MSGS, LINGER_S, FrameBatcher
 from ._codec import DEFAULT_MAX_FRAME_BYTES
 from ._config import AckConfig, NakConfig, RepairConfig, check_mode
 from ._episodes import BackpressureEpisodes
@@ -141,12 +141,7 @@ class AsyncSender:
             self._pub.send(self.core.data((payload,), now=now))
             return
         r = self._batch.offer(payload, now)
-        if r == NO_ROOM:
-            self._send_frame(now)
-            r = self._batch.offer(payload, now)
-        if r == SEND:
-            self._send_frame(now)
-        elif r == FIRST:
+        if r and self._batch.settle(r, payload, now, self._send_frame):
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # no loop to linger on (try_send outside one): send now

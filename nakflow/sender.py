@@ -25,7 +25,7 @@ import zmq
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
 from ._auth import SharedKey
-from ._batch import FIRST, FRAME_BYTES, FRAME_MSGS, LINGER_S, NO_ROOM, SEND, FrameBatcher
+from ._batch import FRAME_BYTES, FRAME_MSGS, LINGER_S, FrameBatcher
 from ._codec import DEFAULT_MAX_FRAME_BYTES, T_DATA, VERSION, pack_frame
 from ._config import AckConfig, NakConfig, RepairConfig, check_mode
 from ._errors import ConfigError
@@ -387,12 +387,7 @@ class Sender(_SenderLink):
             self._offered(r, payload, now)
 
     def _offered(self, r: int, payload: bytes, now: float) -> None:
-        if r == NO_ROOM:
-            self._send_frame(now)
-            r = self._batch.offer(payload, now)
-        if r == SEND:
-            self._send_frame(now)
-        elif r == FIRST:
+        if self._batch.settle(r, payload, now, self._send_frame):
             self._timer.arm()
 
     def _send_unbatched(self, payload: bytes, timeout: float | None, now: float) -> None:
