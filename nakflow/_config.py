@@ -276,6 +276,11 @@ class RepairConfig:
     #: Receiver: messages its own full queue dropped are asked for once the fill is below
     #: this fraction of capacity (room is back).
     refill_below: float = 0.5
+    #: Receiver: a stream first heard after its start (a receiver that joined late, or
+    #: restarted) asks the sender's history for what came before, as its queue has room
+    #: (PGM's and NORM's late join). What the history no longer holds stays
+    #: ``missed_before_join``. False: start at the first message heard.
+    late_join: bool = True
 
     def __post_init__(self) -> None:
         if min(self.history_msgs, self.history_bytes, self.max_requests) < 1:

@@ -1,7 +1,9 @@
 """The missing seqs of one stream, each range with the state of its repair requests.
 
 A range is ``LOST`` (a gap in flight: ZeroMQ PUB dropped at its high-water mark, or PGM
-gave up) or ``DROPPED`` (it arrived, but this receiver's full queue dropped it). Ranges
+gave up), ``DROPPED`` (it arrived, but this receiver's full queue dropped it) or
+``JOINED`` (sent before this receiver first heard the stream: late join asks the sender's
+history for it, as PGM and NORM offer late joiners). Ranges
 are kept sorted and apart; at most MAX_GAPS per stream (bounded memory whatever
 arrives): past it the oldest range is given up and stays reported as lost or dropped.
 """
@@ -11,8 +13,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
-LOST, DROPPED = 0, 1
-KINDS = ("lost", "dropped")
+LOST, DROPPED, JOINED = 0, 1, 2
+KINDS = ("lost", "dropped", "missed_before_join")
 MAX_GAPS = 512
 
 
@@ -29,7 +31,7 @@ class GapList:
     def __init__(self) -> None:
         self.gaps: list[Gap] = []
         self._starts: list[int] = []
-        self.given_up = [0, 0]  # msgs per kind no longer asked for (bound or max requests)
+        self.given_up = [0, 0, 0]  # msgs per kind no longer asked for (bound or max requests)
         self.progress = False  # something was filled since the requester last looked
 
     def __len__(self) -> int:
@@ -75,6 +77,16 @@ class GapList:
         if out:
             self.progress = True
         return out
+
+    def split(self, gap: Gap, at: int) -> Gap:
+        """Cut ``gap`` at seq ``at`` (inside it); returns the upper part, which keeps the
+        lower part's kind and tries (a large gap is asked for a piece at a time)."""
+        i = self.gaps.index(gap)
+        upper = Gap(at, gap.hi, gap.kind, gap.due, gap.tries)
+        gap.hi = at
+        self.gaps.insert(i + 1, upper)
+        self._starts.insert(i + 1, at)
+        return upper
 
     def give_up(self, gap: Gap) -> None:
         i = self.gaps.index(gap)

@@ -78,7 +78,7 @@ class ReceiverCore(InboundChecks):
         rcfg = repair or RepairConfig()
         repairing = mode == "nak" and rcfg.enabled
         self.tracker = SequenceTracker(drop_duplicates=drop_duplicates, max_streams=max_streams,
-                                       repair=repairing)
+                                       repair=repairing, late_join=rcfg.late_join)
         self.requester = (RepairRequester(self.tracker, stream, receiver_id, rcfg, rng=rng,
                                           capacity_msgs=capacity_msgs)
                           if repairing else None)
@@ -96,6 +96,7 @@ class ReceiverCore(InboundChecks):
                                 ncfg.loss_min_msgs, ncfg.loss_min_frames)
         self.delay = DelayMonitor(ncfg.delay_fill if mode == "nak" else (), ncfg.window_s)
         self.ends: dict[Key, int] = {}
+        self.left: dict[Key, None] = {}  # heard senders that left without END (aborted)
         self.ends_changed = 0
         self._hellos: dict[Key, None] = {}  # senders heard saying HELLO
         self.node_desc, self._log = f"receiver {receiver_id}", log
@@ -143,8 +144,13 @@ class ReceiverCore(InboundChecks):
         elif isinstance(frame, Bye) and frame.role == "sender":
             # after END this changes nothing; without END (an aborted sender) its stream
             # stays incomplete and its credit window is freed for the others
-            self.flow.on_sender_gone((frame.node, frame.epoch))
+            key = (frame.node, frame.epoch)
+            self.flow.on_sender_gone(key)
             self.delay.forget(frame.node)
+            if key not in self.ends and key not in self.left and (
+                    key in self._hellos or key in self.tracker.streams):
+                remember(self.left, key, self.tracker.max_streams)
+                self.ends_changed += 1
         else:
             self.foreign += 1  # feedback-type frames do not belong on the data channel
         return []
@@ -186,7 +192,7 @@ class ReceiverCore(InboundChecks):
 
     def _on_sender_hello(self, frame: Hello, now: float) -> bytes:
         if frame.mode != self.mode:
-            self._warn("mode", f"sender {frame.node} runs mode {frame.mode!r}")
+            self._mismatch(f"sender {frame.node} runs mode {frame.mode!r}")
         # a sender repeats HELLO while it waits (for receivers, or for credit)
         key = (frame.node, frame.epoch)
         self.flow.on_sender(key, frame.next_seq, now=now, waiting=True)
@@ -216,7 +222,7 @@ class ReceiverCore(InboundChecks):
         if frame is None:
             return
         if is_other_modes_feedback(frame, self.mode):
-            self._warn("mode", f"{type(frame).__name__} from receiver {frame.receiver}")
+            self._mismatch(f"{type(frame).__name__} from receiver {frame.receiver}")
         if isinstance(frame, Repair):
             if self.requester is not None and frame.receiver != self.receiver_id:
                 self.requester.on_overheard(frame, now=now)
@@ -291,6 +297,7 @@ class ReceiverCore(InboundChecks):
             "streams_evicted": self.tracker.evicted,
             "malformed": self.malformed,
             "foreign": self.foreign,
+            "mode_mismatch": self.mode_mismatch, "key_mismatch": self.key_mismatch,
             "policy": flow, "naks_sent": flow.get("naks_sent", {}),
             "naks_suppressed": flow.get("naks_suppressed", 0),
             "credits_sent": flow.get("credits_sent", 0),

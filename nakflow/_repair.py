@@ -19,7 +19,7 @@ from typing import Any
 from ._codec import MAX_RANGES, Repair
 from ._config import RepairConfig
 from ._fill import Uniform, backoff_delay
-from ._gaps import DROPPED, GapList
+from ._gaps import LOST, GapList
 from ._seqtrack import SequenceTracker
 
 
@@ -28,7 +28,7 @@ class RepairRequester:
 
     def __init__(self, tracker: SequenceTracker, stream: str, receiver: str,
                  config: RepairConfig | None = None, *, rng: Uniform | None = None,
-                 capacity_msgs: int = 1) -> None:
+                 capacity_msgs: int | None = None) -> None:
         self.tracker = tracker
         self.capacity_msgs = capacity_msgs
         self.stream = stream
@@ -84,13 +84,20 @@ class RepairRequester:
 
     def _due_ranges(self, key: tuple[str, int], gaps: GapList, fill: float,
                     now: float) -> tuple[list[tuple[int, int]], float]:
-        """The ranges of ``key`` to ask for at ``now``, and when to look at it next."""
+        """The ranges of ``key`` to ask for at ``now``, and when to look at it next.
+
+        Gaps in flight are asked for at once. What this receiver's own queue dropped, and
+        what was sent before it joined, is asked for only once the fill is below
+        ``refill_below``, and no more of it per ``retry_s`` than the queue has room for:
+        the repairs are clocked by the consumer, so catching up never overflows the queue
+        again (a large gap is asked for a piece at a time)."""
         cfg = self.config
         room = fill < cfg.refill_below
-        free = (1.0 - fill) * self.capacity_msgs
+        free = (1 << 62 if self.capacity_msgs is None
+                else int((1.0 - fill) * self.capacity_msgs))
         st = self.tracker.streams.get(key)
-        # once its END is in, a stream sends nothing new: ask for what fits now,
-        # before the sender's linger for repairs runs out
+        # once its END is in, a stream sends nothing new: ask for what fits now, before
+        # the sender's linger for repairs runs out
         ended = st is not None and st.final_seq is not None
         if gaps.progress:  # the sender is answering (repairs wait for its rate
             gaps.progress = False  # limit): tries count only while nothing comes
@@ -104,12 +111,15 @@ class RepairRequester:
             if g.due > now:
                 next_due = min(next_due, g.due)
                 continue
-            if g.kind == DROPPED and not room:
-                if ended and g.hi - g.lo <= free:
-                    free -= g.hi - g.lo
-                else:  # look again soon: the consumer makes room
+            if g.kind != LOST:
+                if not (room or ended) or free <= 0:  # look again soon: the consumer makes room
                     next_due = min(next_due, now + cfg.retry_s / 4)
                     continue
+                if g.hi - g.lo > free:  # ask for what fits; the rest when room is back
+                    rest = gaps.split(g, g.lo + free)
+                    rest.due = now + cfg.retry_s / 4
+                    next_due = min(next_due, rest.due)
+                free -= g.hi - g.lo
             if g.tries >= cfg.max_requests:
                 gaps.give_up(g)
                 self.given_up += g.hi - g.lo

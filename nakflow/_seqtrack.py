@@ -2,14 +2,17 @@
 
 For each (sender id, epoch) the tracker keeps apart:
 
-* ``missed_before_join`` — seqs below the first one this receiver saw;
+* ``missed_before_join`` — seqs below the first one this receiver saw (with repair and
+  ``late_join`` they are asked for from the sender's history, and only what it no
+  longer holds stays missed);
 * ``lost`` — gaps in flight (and, once END says the final seq, the missing tail);
 * ``duplicates`` — seqs seen before;
 * ``dropped`` — seqs this receiver's full queue dropped (``on_dropped``).
 
 With ``repair`` each stream also keeps its missing seqs (a GapList, for repair
-requests): a repair (``on_repair``) moves seqs from ``lost`` or ``dropped`` to
-``repaired`` (delivered), a GONE (``on_gone``) to ``beyond_history``. So for every
+requests): a repair (``on_repair``) moves seqs from ``lost``, ``dropped`` or
+``missed_before_join`` to ``repaired`` (delivered), a GONE (``on_gone``) of lost or
+dropped seqs to ``beyond_history``. So for every
 (sender, epoch) that ended, ``final_seq - missed_before_join`` is exactly the messages
 delivered (``repaired`` of them by repair) plus ``lost + dropped + beyond_history``
 (and any still queued).
@@ -34,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ._gaps import DROPPED, LOST, GapList
+from ._gaps import DROPPED, JOINED, LOST, GapList
 
 Ranges = list[tuple[int, int]]
 MAX_INTERVALS = 1024  # per sender id; beyond it the oldest are merged (bounded memory)
@@ -57,14 +60,27 @@ class StreamState:
     beyond_history: int = 0
     redundant: int = 0  # repaired seqs this receiver did not miss
     gaps: GapList | None = None
+    #: seqs sent before this receiver first heard the stream, not (yet) repaired
+    missed_before_join: int = 0
+
+    def __post_init__(self) -> None:
+        self.missed_before_join = self.first_seq
 
     @property
-    def missed_before_join(self) -> int:
-        return self.first_seq
+    def missing(self) -> int:
+        """Seqs up to the last known one not delivered here, for any reason."""
+        return self.lost + self.dropped + self.beyond_history + self.missed_before_join
 
     @property
     def complete(self) -> bool:
-        return self.final_seq is not None and self.lost == 0 and self.first_seq == 0
+        """END arrived and every seq below it was delivered (none lost, dropped, beyond
+        the history or missed before this receiver joined)."""
+        return self.final_seq is not None and self.missing == 0
+
+    def missing_by_reason(self) -> dict[str, int]:
+        return {k: v for k, v in (("lost", self.lost), ("dropped", self.dropped),
+                                  ("beyond_history", self.beyond_history),
+                                  ("missed_before_join", self.missed_before_join)) if v}
 
 
 class _IntervalSet:
@@ -109,9 +125,10 @@ class SequenceTracker:
     """Turns (sender, epoch, seq, count) arrivals into ranges to deliver and counters."""
 
     def __init__(self, *, drop_duplicates: bool = False, max_streams: int = MAX_STREAMS,
-                 repair: bool = False) -> None:
+                 repair: bool = False, late_join: bool = True) -> None:
         self.drop_duplicates = drop_duplicates
         self.repair = repair
+        self.late_join = repair and late_join
         self.with_gaps: dict[tuple[str, int], GapList] = {}  # streams missing something
         self.dirty: set[tuple[str, int]] = set()  # streams whose gaps grew since last looked
         self.max_streams = max_streams
@@ -132,8 +149,7 @@ class SequenceTracker:
         streams = self.streams
         st = streams.pop(key, None)  # re-inserted last: streams run least recently heard first
         if st is None:
-            self._make_room()
-            st = StreamState(first_seq=seq, next_seq=seq)
+            st = self._new_stream(key, seq)
         streams[key] = st
         end = seq + count
         st.received += count
@@ -171,6 +187,15 @@ class SequenceTracker:
             self.seen_evicted += 1
         return fresh
 
+    def _new_stream(self, key: tuple[str, int], first_seq: int) -> StreamState:
+        """A stream first heard at ``first_seq``; with late join, what came before it is a
+        gap to ask the sender's history for."""
+        self._make_room()
+        st = self.streams[key] = StreamState(first_seq=first_seq, next_seq=first_seq)
+        if self.late_join and first_seq > 0:
+            self._gaps(key, st).add(0, first_seq, JOINED, -1.0)
+        return st
+
     def _gaps(self, key: tuple[str, int], st: StreamState) -> GapList:
         if st.gaps is None:
             st.gaps = GapList()
@@ -191,8 +216,11 @@ class SequenceTracker:
         out: Ranges = []
         for lo, hi, kind in st.gaps.take(seq, min(end, st.next_seq)):
             n = hi - lo
-            if kind == LOST:
-                st.lost -= n
+            if kind != DROPPED:  # lost in flight, or sent before we joined
+                if kind == LOST:
+                    st.lost -= n
+                else:
+                    st.missed_before_join -= n
                 parts = self._fresh(sender, lo, hi) if self.drop_duplicates else [(lo, hi)]
                 st.duplicates += n - sum(b - a for a, b in parts)
             else:  # dropped here after it was accounted as fresh: deliver it now
@@ -217,8 +245,7 @@ class SequenceTracker:
         so a first message lost in flight is a gap to repair, not a late join."""
         key = (sender, epoch)
         if self.repair and key not in self.streams:
-            self._make_room()
-            self.streams[key] = StreamState(first_seq=next_seq, next_seq=next_seq)
+            self._new_stream(key, next_seq)
 
     def on_dropped(self, sender: str, epoch: int, seq: int) -> None:
         """The queue dropped seq ``seq``, accounted as fresh by ``on_data`` before."""
@@ -231,8 +258,9 @@ class SequenceTracker:
             self._gaps(key, st).add(seq, seq + 1, DROPPED, -1.0)
 
     def on_gone(self, sender: str, epoch: int, lo: int, hi: int) -> int:
-        """The sender can no longer repair [lo, hi): what of it was missing here is
-        ``beyond_history``; returns how many."""
+        """The sender can no longer repair [lo, hi): what of it was lost or dropped here is
+        ``beyond_history`` (what was sent before we joined stays ``missed_before_join``);
+        returns how many became beyond history."""
         key = (sender, epoch)
         st = self.streams.get(key)
         if st is None or st.gaps is None:
@@ -240,6 +268,8 @@ class SequenceTracker:
         n_all = 0
         for g_lo, g_hi, kind in st.gaps.take(lo, hi):
             n = g_hi - g_lo
+            if kind == JOINED:
+                continue  # it stays missed before join: never ours to lose
             if kind == LOST:
                 st.lost -= n
             else:
@@ -254,10 +284,8 @@ class SequenceTracker:
         """END: every seq below ``final_seq`` was sent; the missing tail is lost."""
         key = (sender, epoch)
         st = self.streams.get(key)
-        if st is None:
-            self._make_room()
-            # nothing of it ever arrived: all of it was before we joined or lost
-            st = self.streams[key] = StreamState(first_seq=final_seq, next_seq=final_seq)
+        if st is None:  # nothing of it ever arrived: all of it was before we joined
+            st = self._new_stream(key, final_seq)
         if st.final_seq is None:
             if final_seq > st.next_seq:
                 st.lost += final_seq - st.next_seq
@@ -306,9 +334,11 @@ class SequenceTracker:
             resent = epochs[sender] > 1
             status = "complete" if st.complete else "incomplete"
             rows.append({"sender": sender, "epoch": epoch, "status": status, "re_sent": resent,
+                         "missing": st.missing, "missing_by_reason": st.missing_by_reason(),
                          "received": st.received, "lost": st.lost,
                          "missed_before_join": st.missed_before_join,
                          "duplicates": st.duplicates, "final_seq": st.final_seq,
+                         "next_seq": st.next_seq,
                          "dropped": st.dropped, "repaired": st.repaired,
                          "beyond_history": st.beyond_history})
         return rows

@@ -186,6 +186,33 @@ def test_dropped_messages_are_asked_for_only_once_room_is_back():
     assert [r.ranges for r in rq.poll(0.4, now=0.2)] == [((9, 10),)]
 
 
+def test_a_late_joiner_asks_the_history_for_what_came_before_it_as_room_allows():
+    """A receiver that first hears a stream at seq 100 asks the sender's history for
+    0..99 (late join), no more at a time than its queue has room for; what the history
+    no longer holds stays missed before join, not beyond history."""
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1), capacity_msgs=40)
+    t.on_data("p", 1, 100, 10)
+    assert t.totals()["missed_before_join"] == 100 and t.totals()["lost"] == 0
+    assert [r.ranges for r in rq.poll(0.0, now=0.0)] == [((0, 40),)]
+    assert rq.poll(0.0, now=0.01) == []  # the rest waits for room
+    assert t.on_repair("p", 1, 0, 40) == [(0, 40)]
+    assert [r.ranges for r in rq.poll(0.5, now=0.1)] == []  # half full: no room
+    assert [r.ranges for r in rq.poll(0.25, now=0.2)] == [((40, 70),)]
+    assert t.on_gone("p", 1, 40, 100) == 0  # forgotten by the sender: still "missed"
+    tot = t.totals()
+    assert (tot["repaired"], tot["missed_before_join"], tot["beyond_history"]) == (40, 60, 0)
+    row = t.per_sender()[0]
+    assert row["status"] == "incomplete" and row["missing_by_reason"] == {
+        "missed_before_join": 60}
+
+
+def test_late_join_can_be_switched_off():
+    t = SequenceTracker(repair=True, late_join=False)
+    t.on_data("p", 1, 100, 10)
+    assert not t.with_gaps and t.totals()["missed_before_join"] == 100
+
+
 # -- both cores over a lossy link ----------------------------------------------------
 @given(seed=st.integers(0, 2**32 - 1), loss=st.sampled_from([0.0, 0.01, 0.1, 0.3]),
        batch=st.sampled_from([1, 7]))

@@ -28,6 +28,26 @@ def test_gap_in_flight_missing_tail_and_late_join_are_kept_apart():
     assert t.per_sender()[0]["status"] == "incomplete"
 
 
+def test_complete_means_every_seq_up_to_end_was_delivered():
+    """END alone is not complete: a stream whose queue drops were not repaired, or part
+    of which was beyond the sender's history, is incomplete, with the count by reason."""
+    t = SequenceTracker(repair=True)
+    t.on_data("a", 1, 0, 10)
+    t.on_dropped("a", 1, 3)
+    t.on_end("a", 1, 10)
+    t.on_data("b", 1, 0, 5)
+    t.on_data("b", 1, 8, 2)  # 5..7 lost in flight ...
+    t.on_gone("b", 1, 5, 8)  # ... and no longer held by the sender
+    t.on_end("b", 1, 10)
+    t.on_data("c", 1, 0, 10)
+    t.on_end("c", 1, 10)
+    rows = {r["sender"]: r for r in t.per_sender()}
+    assert (rows["a"]["status"], rows["a"]["missing"]) == ("incomplete", 1)
+    assert rows["a"]["missing_by_reason"] == {"dropped": 1}
+    assert rows["b"]["missing_by_reason"] == {"beyond_history": 3}
+    assert (rows["c"]["status"], rows["c"]["missing"]) == ("complete", 0)
+
+
 def test_duplicates_counted_and_delivered_unless_dropping():
     t = SequenceTracker()
     t.on_data("p", 1, 0, 10)
