@@ -54,7 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from nakflow import Credit, Nak, ProtocolError, Repair, decode  # noqa: E402
-from nakflow._local import nakflow_cmd  # noqa: E402
+from nakflow.testing import nakflow_cmd  # noqa: E402
 
 NETNS_SETUP = ("ip link set lo up multicast on && ip route add 224.0.0.0/4 dev lo && "
                "exec \"$@\"")

@@ -38,13 +38,13 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 
-from nakflow._local import (  # noqa: E402
+from nakflow.tables import format_table  # noqa: E402
+from nakflow.testing import (  # noqa: E402
     LocalReceivers,
     ReceiverSpec,
     nakflow_cmd,
     run_sender,
 )
-from nakflow.tables import format_table  # noqa: E402
 
 PEERS = [sys.executable, os.path.join(HERE, "peers.py")]
 SLOW_RATE = 20_000.0

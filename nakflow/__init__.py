@@ -4,6 +4,8 @@ The names exported here are the sans-I/O core (no sockets, threads or clock
 calls: time comes in as ``now``) and the live runtime built on it.
 """
 
+from typing import TYPE_CHECKING
+
 from ._auth import AuthError, FrameAuth, SharedKey
 from ._bucket import TokenBucket
 from ._codec import (
@@ -48,7 +50,32 @@ from ._sender_core import SenderCore
 
 __version__ = "0.1.0"
 
-__all__ = [
+if TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports them on first use
+    from .aio import AsyncReceiver, AsyncSender
+    from .receiver import Receiver
+    from .sender import Sender
+
+#: The live runtime, imported on first use so that ``import nakflow`` (the sans-I/O core)
+#: needs no ZeroMQ: name -> module.
+_LAZY = {"Sender": "sender", "Receiver": "receiver", "AsyncSender": "aio",
+         "AsyncReceiver": "aio"}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nakflow' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"nakflow.{module}"), name)
+    globals()[name] = value
+    return value
+
+__all__ = [  # noqa: RUF022 (the runtime first, then the core, each sorted)
+    "AsyncReceiver",
+    "AsyncSender",
+    "Receiver",
+    "Sender",
     "DEFAULT_MAX_FRAME_BYTES",
     "MODES",
     "VERSION",

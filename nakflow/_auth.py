@@ -49,7 +49,13 @@ MAX_NODES = 4096
 
 
 class AuthError(ProtocolError):
-    """A frame is not sealed with a key this node accepts, or its tag is wrong."""
+    """A frame is not sealed with a key this node accepts, or its tag is wrong.
+
+    ``reason``: ``unsigned``, ``unknown_key`` or ``bad_tag``."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def unseal(auth: FrameAuth | None, buf: bytes) -> tuple[bytes, int]:
@@ -173,15 +179,15 @@ class FrameAuth:
         """
         if len(buf) < OVERHEAD_BYTES + 1 or buf[0] != MAGIC or buf[1] != SCHEME:
             self.unsigned += 1
-            raise AuthError("frame is not sealed (no shared-key MAC)")
+            raise AuthError("frame is not sealed (no shared-key MAC)", "unsigned")
         buf = bytes(buf)
         states = self._keys.get(buf[2:2 + KEY_ID_BYTES])
         if states is None:
             self.unknown_key += 1
-            raise AuthError("frame is sealed with a key this node does not hold")
+            raise AuthError("frame is sealed with a key this node does not hold", "unknown_key")
         if not hmac.compare_digest(_tag(states, buf[:-TAG_BYTES]), buf[-TAG_BYTES:]):
             self.bad_tag += 1
-            raise AuthError("frame MAC does not match")
+            raise AuthError("frame MAC does not match", "bad_tag")
         self.opened += 1
         counter = int.from_bytes(buf[2 + KEY_ID_BYTES:HEADER_BYTES], "big")
         return buf[HEADER_BYTES:-TAG_BYTES], counter

@@ -9,7 +9,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ._auth import AuthError, FrameAuth, looks_sealed, origin, unseal
+from ._codec import decode
 from ._errors import ProtocolError
+
+
+def _is_frame(buf: bytes) -> bool:
+    """True if unsealed ``buf`` is a well-formed frame (a peer without a key, not junk)."""
+    try:
+        decode(buf)
+    except ProtocolError:
+        return False
+    return True
 
 
 class InboundChecks:
@@ -25,6 +35,10 @@ class InboundChecks:
     def _init_checks(self) -> None:
         self.malformed = 0
         self.foreign = 0
+        #: frames from a peer configured differently: another mode, or another key (or
+        #: none where this node has one, or one where it has none)
+        self.mode_mismatch = 0
+        self.key_mismatch = 0
         self._warned: set[str] = set()
 
     def _open(self, buf: bytes, now: float, decoder: Callable[..., Any]) -> Any:
@@ -35,11 +49,14 @@ class InboundChecks:
             body, counter = unseal(auth, buf)
             got = decoder(body, self.max_frame_bytes)
         except AuthError as exc:
+            if exc.reason == "unknown_key" or (exc.reason == "unsigned" and _is_frame(buf)):
+                self.key_mismatch += 1  # a real peer with another key, or with none
             self._warn("auth", f"frame refused: {exc} (counted in snapshot()['auth'])")
             return None
         except ProtocolError:
             self.malformed += 1
             if auth is None and looks_sealed(buf):
+                self.key_mismatch += 1
                 self._warn("auth", f"frames are sealed with a shared key, but this "
                            f"{self.node_desc} has none (shared_key=)")
             return None
@@ -54,6 +71,11 @@ class InboundChecks:
                                                now=now + self.wall_offset):
             return None  # a replay, or too old: counted by the MAC
         return got
+
+    def _mismatch(self, what: str) -> None:
+        """A peer runs another mode: counted, and logged once."""
+        self.mode_mismatch += 1
+        self._warn("mode", what)
 
     def _warn(self, kind: str, what: str) -> None:
         if kind not in self._warned:

@@ -46,6 +46,7 @@ class Inbox:
         self._released: dict[Key, int] = {}
         self._since_wake = 0
         self._ends: dict[Key, int] = {}
+        self.left = 0  # senders that left without END
         self.closed = False  # the I/O thread has finished: nothing more will come
         self.delivered = 0
         self.queue_peak = 0
@@ -184,10 +185,17 @@ class Inbox:
             released, self._released = self._released, {}
             return released, len(self._queue)
 
-    def set_ends(self, ends: dict[Key, int]) -> None:
+    def set_ends(self, ends: dict[Key, int], left: int = 0) -> None:
+        """END seen from ``ends``; ``left`` senders left without one."""
         with self.cond:
             self._ends = dict(ends)
+            self.left = left
             self.cond.notify_all()
+
+    def finished(self) -> int:
+        """Senders that ended (END) or left without END."""
+        with self.cond:
+            return len(self._ends) + self.left
 
     def finish(self) -> None:
         """The I/O thread is done: waiters return."""

@@ -76,7 +76,9 @@ class SenderCore(InboundChecks):
         self.frames = 0
         self.bytes = 0
         self.repair_frames = 0
-        self.receivers_heard: dict[str, None] = {}
+        self.receivers_heard: dict[str, None] = {}  # present now (left: BYE)
+        self.receivers_seen = 0  # distinct receivers ever heard (up to MAX_PEERS)
+        self._seen: dict[str, None] = {}
         self.echoed: dict[str, None] = {}
         self.said_hello = False
         self._rtt_of: dict[str, float] = {}  # receiver -> latest RTT sample, oldest first
@@ -181,11 +183,14 @@ class SenderCore(InboundChecks):
         if isinstance(frame, Hello):
             if frame.role == "receiver":
                 remember(self.receivers_heard, frame.node)
+                if frame.node not in self._seen:
+                    remember(self._seen, frame.node)
+                    self.receivers_seen += 1
                 if frame.echo == self.sender_id:
                     remember(self.echoed, frame.node)
                     self._on_rtt_sample(frame.node, now + self.wall_offset - frame.ts)
                 if frame.mode != self.mode:
-                    self._warn("mode", f"receiver {frame.node} runs mode {frame.mode!r}")
+                    self._mismatch(f"receiver {frame.node} runs mode {frame.mode!r}")
         elif isinstance(frame, Bye):
             if frame.role == "receiver":
                 self.receivers_heard.pop(frame.node, None)
@@ -196,7 +201,7 @@ class SenderCore(InboundChecks):
                 self._on_repair(frame, now)
             return
         elif is_other_modes_feedback(frame, self.mode):
-            self._warn("mode", f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
+            self._mismatch(f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
         self.flow.on_feedback(frame, now=now)
 
     def _on_rtt_sample(self, node: str, rtt_s: float) -> None:
@@ -245,11 +250,13 @@ class SenderCore(InboundChecks):
             "cuts": flow.get("cuts", 0),
             "receivers": flow.get("receivers") if self.mode == "ack"
             else len(self.receivers_heard),
+            "receivers_seen": self.receivers_seen,
             "rtt_ms": None if self.rtt_s is None else round(self.rtt_s * 1000, 3),
             "feedback_frames": self.feedback_frames,
             "feedback_bytes": self.feedback_bytes,
             "feedback_malformed": self.malformed,
             "feedback_foreign": self.foreign,
+            "mode_mismatch": self.mode_mismatch, "key_mismatch": self.key_mismatch,
             "repair": None if self.history is None else {
                 "requests": self.repair_requests, "frames": self.repair_frames,
                 "pending": self._repair_msgs, **self.history.snapshot()},

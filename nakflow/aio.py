@@ -373,7 +373,7 @@ class AsyncReceiver:
                             self._fb.send(out)
                     self._inbox.put(self._pending, on_dropped=core.on_dropped,
                                     on_enqueued=core.on_enqueued)
-                    self._inbox.set_ends(core.ends)
+                    self._inbox.set_ends(core.ends, len(core.left))
                     if len(self._inbox):
                         self._arrived.set()
                 if self._hear is not None and self._ahear in ready:
@@ -424,6 +424,27 @@ class AsyncReceiver:
 
     def ends(self) -> dict[Key, int]:
         return self._inbox.ends()
+
+    def done(self, senders: int) -> bool:
+        """As ``Receiver.done``: ``senders`` finished, no repair awaited, queue empty."""
+        return (self._inbox.finished() >= senders and not self.core.tracker.with_gaps
+                and not len(self._inbox) and not self._pending)
+
+    async def messages(self, senders: int = 1,
+                       timeout: float | None = 30.0) -> AsyncIterator[Message]:
+        """As ``Receiver.messages``: the messages of ``senders`` streams until they are
+        over here; TimeoutError after ``timeout`` seconds."""
+        self.start()
+        end = math.inf if timeout is None else time.monotonic() + timeout
+        while True:
+            batch = await self.get_many(256, timeout=0.05)
+            for msg in batch:
+                yield msg
+            if not batch and self.done(senders):
+                return
+            if time.monotonic() >= end:
+                raise TimeoutError(f"{self._inbox.finished()} of {senders} senders finished "
+                                   f"within {timeout} s")
 
     async def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
         """Wait until END arrived from ``n`` senders (messages may still be queued)."""

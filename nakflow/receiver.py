@@ -158,7 +158,7 @@ class _ReceiverIO:
         self._flush_chunk()
         if core.ends_changed != self._ends_seen:
             self._ends_seen = core.ends_changed
-            self._inbox.set_ends(core.ends)
+            self._inbox.set_ends(core.ends, len(core.left))
         if not full:
             self._behind_since = None
         elif self._behind_since is None:
@@ -352,6 +352,33 @@ class Receiver(_ReceiverIO):
         """Wait until END arrived from ``n`` distinct senders; False on timeout."""
         return self._inbox.wait_for_ends(n, timeout)
 
+    def finished(self) -> int:
+        """Senders heard that ended (END) or left without END (an aborted sender)."""
+        return self._inbox.finished()
+
+    def done(self, senders: int) -> bool:
+        """``senders`` senders have finished, every repair this receiver waits for came
+        (or was given up), and the queue is empty: their streams are over here."""
+        return (self.finished() >= senders and not self.awaiting_repair()
+                and not len(self._inbox) and not self._pending)
+
+    def messages(self, senders: int = 1, timeout: float | None = 30.0) -> Iterator[Message]:
+        """The messages of ``senders`` streams, until they are over here (``done``).
+
+        Raises TimeoutError if that takes more than ``timeout`` seconds (None: no limit):
+        a sender that died without END never finishes. ``for msg in rx`` instead runs
+        until the receiver is closed (a service's loop).
+        """
+        end = math.inf if timeout is None else time.monotonic() + timeout
+        while True:
+            batch = self.get_many(256, timeout=0.05)
+            yield from batch
+            if not batch and self.done(senders):
+                return
+            if time.monotonic() >= end:
+                raise TimeoutError(f"{self.finished()} of {senders} senders finished within "
+                                   f"{timeout} s")
+
     def wait_drained(self, timeout: float | None = None) -> bool:
         """Wait until the consumer has emptied the queue; False on timeout."""
         return self._inbox.wait_empty(self._pending, timeout)
@@ -433,9 +460,12 @@ def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None, data: 
     curve = options.curve if options is not None else None
     auth: Any = None
     if curve is not None:
-        if not curve.authorized_dir or not os.path.isdir(curve.authorized_dir):
-            raise ConfigError("a CURVE receiver needs authorized_dir: a directory of the "
-                              "public keys allowed to connect")
+        if not curve.authorized_dir:
+            raise ConfigError("a CURVE receiver needs authorized_dir (--curve-authorized): "
+                              "a directory of the public keys allowed to connect")
+        if not os.path.isdir(curve.authorized_dir):
+            raise ConfigError(f"CURVE authorized_dir {curve.authorized_dir!r} is not a "
+                              "directory (it holds the public keys allowed to connect)")
         from zmq.auth.thread import ThreadAuthenticator
 
         # the ZAP handler belongs to a context: give this receiver its own

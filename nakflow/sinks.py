@@ -109,7 +109,11 @@ def open_sink(spec: str, stream: str) -> JsonLinesSink:
         return JsonLinesSink(stream, sys.stdout.buffer, owned=False, name="stdout")
     kind, _, target = spec.partition(":")
     if kind == "file" and target:
-        return JsonLinesSink(stream, open(target, "ab"), owned=True, name=spec)
+        try:
+            out = open(target, "ab")  # noqa: SIM115 (the sink owns it; close() closes it)
+        except OSError as exc:
+            raise SinkError(f"--sink {spec}: cannot open {target}: {exc.strerror}") from None
+        return JsonLinesSink(stream, out, owned=True, name=spec)
     if kind == "cmd" and target:
         return CommandSink(stream, target)
     raise ValueError(f"--sink must be {SINK_HELP}: {spec!r}")

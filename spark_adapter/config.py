@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -9,7 +10,14 @@ from typing import Any
 
 from nakflow import AckConfig, ConfigError, NakConfig, RepairConfig, check_mode
 from nakflow._batch import LINGER_S
-from transports import SocketOptions, parse_endpoints
+from transports import SocketOptions, is_multicast, parse_endpoints
+
+log = logging.getLogger("nakflow.spark")
+
+
+def default_wait_receivers(data: Sequence[str]) -> int:
+    """One receiver per data endpoint; a multicast group: at least one."""
+    return 1 if any(is_multicast(u) for u in data) else len(data)
 
 
 @dataclass(frozen=True)
@@ -39,8 +47,12 @@ class WriterConfig:
             Python worker reached on the same receivers (within 10 s), not from slow
             start's initial rate (``Sender(remember_rate=True)``).
         serializer: ``row -> bytes``; default: msgpack of a dict per row.
-        wait_receivers: before sending, wait until this many receivers answered
-            (guards against ZeroMQ's slow-joiner loss; 0: do not wait).
+        wait_receivers: before sending, wait until this many receivers answered (in
+            ``ack`` also granted). None (default): one per data endpoint (1 for a
+            multicast group). This guards against ZeroMQ's slow-joiner loss: without it
+            the first rows of every task reach nobody who was not yet subscribed. 0: do
+            not wait (late join then asks the history for them in ``nak``; ``ack`` and
+            ``none`` lose them).
         wait_timeout_s: ... for at most this long; then the task fails (and is retried).
         send_timeout_s: a task that gets no permission to send for this long fails
             (e.g. ``ack`` with every receiver gone); ``None``: wait for ever.
@@ -68,7 +80,7 @@ class WriterConfig:
     batch_linger_s: float = LINGER_S
     remember_rate: bool = True
     serializer: Callable[[Any], bytes] | None = None
-    wait_receivers: int = 0
+    wait_receivers: int | None = None
     wait_timeout_s: float = 30.0
     send_timeout_s: float | None = 300.0
     linger_s: float = 5.0
@@ -87,8 +99,10 @@ class WriterConfig:
             raise ConfigError("run_id must be None or a non-empty string")
         if self.batch_rows < 1 or not self.batch_linger_s >= 0:
             raise ConfigError("batch_rows must be >= 1 and batch_linger_s >= 0")
-        if self.wait_receivers < 0:
-            raise ConfigError("wait_receivers must be >= 0")
+        if self.wait_receivers is None:
+            object.__setattr__(self, "wait_receivers", default_wait_receivers(self.data))
+        elif self.wait_receivers < 0:
+            raise ConfigError("wait_receivers must be >= 0 or None")
         if not self.wait_timeout_s > 0 or not self.linger_s >= 0:
             raise ConfigError("wait_timeout_s must be > 0 and linger_s >= 0")
         if self.send_timeout_s is not None and not self.send_timeout_s > 0:
@@ -96,8 +110,17 @@ class WriterConfig:
         if self.max_rate_msgs is not None and not self.max_rate_msgs > 0:
             raise ConfigError("max_rate_msgs must be > 0 or None")
 
+    @property
+    def receivers_expected(self) -> int:
+        """How many receivers each task waits for (``wait_receivers`` resolved)."""
+        return int(self.wait_receivers or 0)
+
     def pinned(self) -> WriterConfig:
         """This config with a run id (a fresh one if none was given)."""
+        if self.wait_receivers == 0:
+            log.warning("WriterConfig(wait_receivers=0): tasks send without waiting for "
+                        "receivers; rows sent before a receiver's subscription is up are "
+                        "missed there (nak: late join asks the history for them)")
         if self.run_id is not None:
             return self
         return replace(self, run_id=f"run-{uuid.uuid4().hex[:12]}")

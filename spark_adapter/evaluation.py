@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from nakflow import MODES, ConfigError, NakConfig, check_mode
-from nakflow._local import LocalReceivers, ReceiverSpec
+from nakflow.testing import LocalReceivers, ReceiverSpec
 
 from .config import WriterConfig
 from .writer import send_and_collect

@@ -41,7 +41,7 @@ METRICS_COLUMNS: tuple[tuple[str, str], ...] = (
     ("blocked_s", "double"), ("credit_stalled_s", "double"),
     ("naks", "bigint"), ("naks_by_level", "map<string,bigint>"), ("cuts", "bigint"),
     ("final_rate_limit", "double"), ("feedback_frames", "bigint"), ("receivers", "int"),
-    ("start_rate_limit", "double"),
+    ("start_rate_limit", "double"), ("beyond_history", "bigint"), ("mismatched", "bigint"),
 )
 METRICS_DDL = ", ".join(f"{name} {kind}" for name, kind in METRICS_COLUMNS)
 
@@ -121,8 +121,9 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     """
     serialize: Callable[[Any], bytes] = config.serializer or row_to_msgpack
     ack = config.ack
-    if config.wait_receivers > ack.min_receivers:  # ack: send nothing before all have granted
-        ack = replace(ack, min_receivers=config.wait_receivers)
+    expected = config.receivers_expected
+    if expected > ack.min_receivers:  # ack: send nothing before all have granted
+        ack = replace(ack, min_receivers=expected)
     t0 = time.monotonic()
     sender = Sender(config.data, config.feedback, mode=config.mode, stream=config.stream,
                     sender_id=identity.sender_id, epoch=identity.attempt, nak=config.nak,
@@ -134,8 +135,8 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     ok = False
     waited = 0.0
     try:
-        if config.wait_receivers:
-            sender.wait_for_receivers(config.wait_receivers, timeout=config.wait_timeout_s)
+        if expected:
+            sender.wait_for_receivers(expected, timeout=config.wait_timeout_s)
             waited = time.monotonic() - t0
         send, timeout = sender.send, config.send_timeout_s
         for row in rows:
@@ -153,6 +154,14 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
         if config.pushgateway:
             _push(config.pushgateway, sender.snapshot())
     naks = {str(k): int(v) for k, v in (snap.get("naks_received") or {}).items()}
+    # what the sender learnt of receivers' loss: repairs asked for that its history no
+    # longer held, and frames from receivers in another mode or with another key
+    gone = int((snap.get("repair") or {}).get("gone", 0))
+    mismatched = int(snap["mode_mismatch"]) + int(snap["key_mismatch"])
+    if gone or mismatched:
+        log.warning("sender %s epoch %d: %d rows receivers asked for were beyond the history, "
+                    "%d frames from receivers configured differently (mode or key)",
+                    identity.sender_id, identity.attempt, gone, mismatched)
     elapsed = time.monotonic() - t0
     return {
         "run_id": config.run_id, "sender_id": identity.sender_id, "epoch": identity.attempt,
@@ -168,6 +177,7 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
         "final_rate_limit": None if snap["rate_limit"] is None else float(snap["rate_limit"]),
         "feedback_frames": snap["feedback_frames"], "receivers": int(snap["receivers"] or 0),
         "rtt_ms": snap["rtt_ms"], "start_rate_limit": snap["start_rate_msgs"],
+        "beyond_history": gone, "mismatched": mismatched,
     }
 
 

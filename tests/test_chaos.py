@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.chaos import FeedbackProxy, free_port
 from nakflow import Credit, Nak
-from nakflow._local import LocalReceivers, ReceiverSpec, run_sender
+from nakflow.testing import LocalReceivers, ReceiverSpec, run_sender
 
 pytestmark = pytest.mark.slow
 COUNT, SLOW, CAP = 40_000, 10_000.0, 4_000

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from nakflow import AckConfig
-from nakflow._local import LocalReceivers, ReceiverSpec, nakflow_cmd, run_mode
 from nakflow.receiver import Receiver
 from nakflow.sender import Sender
+from nakflow.testing import LocalReceivers, ReceiverSpec, run_mode
 from tests.flood import send_under_flood
 
 pytestmark = pytest.mark.slow
@@ -128,23 +128,6 @@ def test_garbage_on_both_channels_is_counted_and_real_traffic_flows():
     assert snap["malformed"] > 100 and tx_snap["feedback_malformed"] > 100
     assert snap["delivered"] + snap["dropped"] == 10_000 and snap["lost"] == 0
     assert sum(1 for m in run.delivered if m.payload.startswith(b"real-")) == snap["delivered"]
-
-
-def test_cli_contract_json_and_bad_arguments():
-    bad = subprocess.run(nakflow_cmd("send", "--data", "udp://x", "--feedback", "tcp://a:1",
-                                     "--count", "1"), capture_output=True, text=True)
-    assert bad.returncode == 2 and "error" in bad.stderr and len(bad.stderr.splitlines()) == 1
-    bad = subprocess.run(nakflow_cmd("receive", "--data", "tcp://127.0.0.1:*", "--feedback",
-                                     "tcp://127.0.0.1:*", "--capacity", "-3"),
-                         capture_output=True, text=True)
-    assert bad.returncode == 2
-    ok = subprocess.run(nakflow_cmd("receive", "--data", "tcp://127.0.0.1:*", "--feedback",
-                                    "tcp://127.0.0.1:*", "--duration", "0.3", "--json"),
-                        capture_output=True, text=True, timeout=30)
-    assert ok.returncode == 0
-    import json
-    lines = ok.stdout.strip().splitlines()
-    assert len(lines) == 1 and json.loads(lines[0])["received"] == 0
 
 
 def test_demo_runs_from_the_console_script():

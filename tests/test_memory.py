@@ -28,7 +28,7 @@ import pytest
 import zmq
 
 from nakflow import Bye, Credit, Data, End, Hello, decode, encode
-from nakflow._local import LocalReceivers, ReceiverSpec, nakflow_cmd
+from nakflow.testing import LocalReceivers, ReceiverSpec, nakflow_cmd
 from tests.rss import RssSampler, rss_kib
 
 pytestmark = pytest.mark.slow

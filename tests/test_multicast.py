@@ -20,8 +20,8 @@ import pytest
 import zmq
 
 from nakflow import Data, FrameAuth, Nak, SharedKey, encode
-from nakflow._local import ReceiverSpec, run_mode
 from nakflow.keyfile import load_shared_key
+from nakflow.testing import ReceiverSpec, run_mode
 from tests.netns import run_in_netns
 
 IN_NETNS = os.environ.get("NAKFLOW_IN_NETNS") == "1"

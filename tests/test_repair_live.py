@@ -13,9 +13,9 @@ import time
 import pytest
 
 from nakflow import NakConfig, RepairConfig
-from nakflow._local import LocalReceivers, ReceiverSpec, run_sender
 from nakflow.receiver import Receiver
 from nakflow.sender import Sender
+from nakflow.testing import LocalReceivers, ReceiverSpec, run_sender
 from transports import SocketOptions
 
 pytestmark = pytest.mark.slow

@@ -46,8 +46,15 @@ class Curve:
 
     def keys(self) -> tuple[bytes, bytes, bytes]:
         """(public, secret, server public); raises EndpointError if a file is unusable."""
+        import os
+
         import zmq.auth
 
+        for what, path in (("secret key", self.secret_key_file),
+                           ("server key", self.server_key_file)):
+            if not os.path.isfile(path):
+                raise EndpointError(f"CURVE {what} file not found: {path} (make key files "
+                                    "with 'nakflow keygen DIR NAME')")
         try:
             public, secret = zmq.auth.load_certificate(self.secret_key_file)
             server, _ = zmq.auth.load_certificate(self.server_key_file)
@@ -94,6 +101,20 @@ def scheme_of(uri: str) -> str:
     return scheme
 
 
+def _check_port(uri: str, rest: str) -> None:
+    """tcp and (e)pgm endpoints end in ``:PORT`` (1..65535, or ``*`` for tcp)."""
+    host, sep, port = rest.rpartition(":")
+    example = ("tcp://127.0.0.1:5600" if uri.startswith("tcp")
+               else "epgm://192.168.1.5;239.192.1.1:5555")
+    if not sep or not host:
+        raise EndpointError(f"endpoint {uri!r} has no port: write it as {example}")
+    if port == "*" and uri.startswith("tcp"):
+        return
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise EndpointError(f"endpoint {uri!r}: the port must be a number from 1 to 65535"
+                            f"{' (or * to pick a free one)' if uri.startswith('tcp') else ''}")
+
+
 def is_multicast(uri: str) -> bool:
     return scheme_of(uri) in MULTICAST
 
@@ -105,7 +126,9 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
     if not uris:
         raise EndpointError("at least one endpoint is required")
     for u in uris:
-        scheme_of(u)
+        scheme = scheme_of(u)
+        if scheme in ("tcp", "epgm", "pgm"):
+            _check_port(u, u.partition("://")[2])
         if is_multicast(u) and not zmq.has("pgm"):
             raise EndpointError(
                 f"{u}: this pyzmq has no OpenPGM (zmq.has('pgm') is False); "

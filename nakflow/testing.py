@@ -95,7 +95,8 @@ class LocalReceivers:
                     "--feedback", feedback_uri or f"tcp://{host}:*",
                     "--mode", mode, "--stream", stream, "--id", spec.name,
                     "--capacity", str(spec.capacity_msgs), "--senders", str(senders),
-                    "--duration", str(duration_s), "--json", "--ready-file", ready]
+                    "--duration", str(duration_s), "--json", "--ready-file", ready,
+                    "--allow-loss"]  # a measurement: the report says what was missing
             if spec.consume_rate_msgs:
                 args += ["--consume-rate", str(spec.consume_rate_msgs)]
             if spec.stall_for_s:
@@ -154,9 +155,8 @@ def run_sender(data: Sequence[str], feedback: Sequence[str], *, mode: str, count
                timeout_s: float = 300.0) -> dict[str, Any]:
     """Run ``nakflow send`` as a process; return its JSON report."""
     args = ["send", "--data", ",".join(data), "--feedback", ",".join(feedback), "--mode", mode,
-            "--count", str(count), "--size", str(size), "--json", *extra]
-    if wait_receivers:
-        args += ["--wait-receivers", str(wait_receivers)]
+            "--count", str(count), "--size", str(size), "--json", "--allow-loss",
+            "--wait-receivers", str(wait_receivers), *extra]
     proc = subprocess.run(nakflow_cmd(*args), capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"sender failed ({proc.returncode}): {proc.stderr[-2000:]}")

@@ -1,0 +1,412 @@
+"""What ``nakflow send``, ``receive``, ``keygen`` and ``demo`` do (the parser is in ``cli``).
+
+Every wait here ends: on SIGINT/SIGTERM (``Interrupted``, raised from the signal
+handler, so it breaks out of any blocking wait), or after a bounded time. Then the
+command prints its report and a one-line verdict (``nakflow.report``) and exits
+non-zero if something was missing (``--allow-loss``: only on errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._bucket import TokenBucket
+from ._config import AckConfig, NakConfig, RepairConfig
+from .report import Verdict, receiver_verdict, sender_verdict
+
+log = logging.getLogger("nakflow.cli")
+
+#: Exit status of a run that delivered, but not everything (or was interrupted: 128 + signal).
+EXIT_INCOMPLETE = 1
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: the run stops, reports and exits 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def on_signals_interrupt() -> None:
+    """SIGINT and SIGTERM raise Interrupted in the main thread, wherever it waits."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _raise_interrupted)
+
+
+#: What the readable report shows (``--json`` has every figure).
+PLAIN_KEYS = {
+    "send": ("sender_id", "mode", "sent", "frames", "elapsed_s", "rate_msgs", "blocked_s",
+             "credit_stalled_s", "rate_limit", "cuts", "naks_received", "receivers_seen",
+             "rtt_ms", "repair"),
+    "receive": ("receiver_id", "mode", "delivered", "received", "dropped", "repaired",
+                "lost", "beyond_history", "missed_before_join", "duplicates", "queued",
+                "queue_peak", "goodput_msgs", "latency_ms", "naks_sent", "credits_sent",
+                "sink", "senders"),
+}
+
+
+def emit(result: dict[str, Any], as_json: bool, file: Any = None,
+         keys: Sequence[str] | None = None) -> None:
+    """Print a run's metrics: one JSON object, or a short readable listing of ``keys``
+    (scalars one a line, a dict's scalars on its line, a list of rows last)."""
+    file = file or sys.stdout
+    if as_json:
+        print(json.dumps(result, sort_keys=True, default=str), file=file, flush=True)
+        return
+    nested = []
+    for key in keys or list(result):
+        value = result.get(key)
+        if key == "timeline":
+            continue
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items()
+                              if not isinstance(v, (dict, list))) or "-"
+        elif isinstance(value, list):
+            nested.append((key, value))
+            continue
+        print(f"{key:>20}: {value}", file=file)
+    for key, rows in nested:
+        print(f"{key}:", file=file)
+        for row in rows:
+            print("  " + ", ".join(f"{k} {v}" for k, v in row.items()
+                                   if not isinstance(v, (dict, list))), file=file)
+    file.flush()
+
+
+def say_verdict(command: str, verdict: Verdict, allow_loss: bool) -> int:
+    """Print the verdict on stderr; the exit status it means."""
+    print(f"nakflow {command}: {verdict.line}", file=sys.stderr, flush=True)
+    for problem in verdict.problems:
+        print(f"nakflow {command}: {'note' if allow_loss else 'problem'}: {problem}",
+              file=sys.stderr, flush=True)
+    return 0 if allow_loss or not verdict.problems else EXIT_INCOMPLETE
+
+
+def socket_options(args: argparse.Namespace) -> Any:
+    """SocketOptions with CURVE if the --curve-* options ask for it and the --hwm given,
+    else None (the defaults)."""
+    from transports import Curve, SocketOptions
+
+    kw: dict[str, Any] = {}
+    if args.hwm is not None:
+        kw.update(sndhwm_msgs=args.hwm, rcvhwm_msgs=args.hwm)
+    if args.curve_secret or args.curve_server_key:
+        if not (args.curve_secret and args.curve_server_key):
+            raise ValueError("CURVE needs both --curve-secret and --curve-server-key")
+        kw["curve"] = Curve(args.curve_secret, args.curve_server_key,
+                            getattr(args, "curve_authorized", None))
+    return SocketOptions(**kw) if kw else None
+
+
+def shared_key(args: argparse.Namespace) -> Any:
+    from .keyfile import load_shared_key
+
+    return None if args.shared_key is None else load_shared_key(args.shared_key)
+
+
+def repair_config(args: argparse.Namespace) -> RepairConfig:
+    kw: dict[str, Any] = {"enabled": not args.no_repair}
+    if getattr(args, "no_late_join", False):
+        kw["late_join"] = False
+    for name in ("history_msgs", "history_bytes", "history_age_s"):
+        value = getattr(args, name, None)
+        if value is not None:
+            kw[name] = value
+    return RepairConfig(**kw)
+
+
+def nak_config(args: argparse.Namespace) -> NakConfig:
+    """NakConfig with what the --nak-* options set (the rest at their defaults)."""
+    kw: dict[str, Any] = {}
+    for opt in ("initial_rate_msgs", "probe_after_s", "window_s"):
+        value = getattr(args, f"nak_{opt}", None)
+        if value is not None:
+            kw[opt] = value
+    if getattr(args, "nak_levels", None):
+        levels = tuple(int(x) for x in args.nak_levels.split(","))
+        factors = NakConfig().cut_factors
+        kw["levels"] = levels
+        kw["cut_factors"] = {lv: factors.get(lv, 0.5) for lv in levels}
+    return NakConfig(**kw)
+
+
+def serve_metrics(args: argparse.Namespace, source: Any) -> Any:
+    """A Prometheus endpoint for the source if --metrics-port was given (else None)."""
+    if args.metrics_port is None:
+        return None
+    from .prometheus import serve_metrics as serve
+
+    server = serve(source, port=args.metrics_port, addr=args.metrics_addr)
+    log.warning("metrics on %s", server.url)
+    return server
+
+
+# -- keygen ------------------------------------------------------------------------
+def cmd_keygen(args: argparse.Namespace) -> int:
+    import zmq.auth
+
+    os.makedirs(args.dir, exist_ok=True)
+    if args.shared:
+        from .keyfile import write_shared_key
+
+        try:
+            path = write_shared_key(args.dir, args.name)
+        except FileExistsError:
+            raise ValueError(f"{args.name}.shared_key exists in {args.dir}; not overwriting "
+                             "it") from None
+        print(f"shared key: {path} (give it to every sender and receiver of the stream; "
+              "keep it private)")
+        return 0
+    public, secret = zmq.auth.create_certificates(args.dir, args.name)
+    os.chmod(secret, 0o600)
+    print(f"public key: {public}\nsecret key: {secret} (keep it private)")
+    return 0
+
+
+# -- receive -----------------------------------------------------------------------
+class _Consumer:
+    """The receive loop's consumer: paced (``--consume-rate``), stalling (``--stall-*``),
+    handing messages to the sink and the delivery log."""
+
+    def __init__(self, args: argparse.Namespace, take: Callable[..., Any],
+                 sink: Any) -> None:
+        self.rate = args.consume_rate
+        # a consumer of fixed speed is a token bucket with a 10 ms burst: capacity it did
+        # not use while the queue was empty is gone
+        self.pace = TokenBucket(self.rate, burst_s=0.01) if self.rate else None
+        self.chunk = 256 if self.rate is None else max(1, min(256, int(self.rate * 0.002)))
+        self.stall_from = args.stall_at if args.stall_for else None
+        self.stall_for = args.stall_for
+        self.take, self.sink = take, sink
+        self.error: str | None = None
+        self.unsunk = 0
+
+    def step(self, elapsed: float, now: float) -> None:
+        """Consume one chunk (or wait a little: stalled, paced)."""
+        if self.stall_from is not None and (self.stall_from <= elapsed
+                                            < self.stall_from + self.stall_for):
+            time.sleep(min(0.05, self.stall_from + self.stall_for - elapsed))
+            return
+        if self.pace is not None:
+            wait = self.pace.request(self.chunk, now=now)
+            if wait:
+                time.sleep(wait)
+                return
+        got = self.take(self.chunk, timeout=0.05)
+        if self.pace is not None and len(got) < self.chunk:  # pay only for what it took
+            self.pace.refund(self.chunk - len(got))
+        self.hand_over(got)
+
+    def hand_over(self, msgs: Sequence[Any]) -> None:
+        from .sinks import SinkError
+
+        if self.sink is None or not msgs:
+            return
+        if self.error is not None:
+            self.unsunk += len(msgs)
+            return
+        try:
+            self.sink.write(msgs)
+        except SinkError as exc:
+            self.error, self.unsunk = str(exc), len(msgs)
+            log.error("%s; stopping (messages not handed over are counted in the report)",
+                      exc)
+
+
+def cmd_receive(args: argparse.Namespace) -> int:
+    from .receiver import Receiver
+    from .sinks import SinkError, open_sink
+
+    _distinct_endpoints(args.data, args.feedback)
+    sink = open_sink(args.sink, args.stream) if args.sink else None
+    rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
+                  receiver_id=args.id, capacity_msgs=args.capacity, overflow=args.overflow,
+                  drop_duplicates=args.drop_duplicates, overhear=args.overhear or (),
+                  options=socket_options(args), shared_key=shared_key(args),
+                  repair=repair_config(args), test_data_loss=args.test_drop_data,
+                  ack=AckConfig(max_share=args.ack_max_share), nak=nak_config(args))
+    metrics = serve_metrics(args, rx)
+    if args.ready_file:
+        with open(args.ready_file + ".tmp", "w") as f:
+            json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
+                       "id": rx.receiver_id,
+                       "metrics": None if metrics is None else metrics.url}, f)
+        os.replace(args.ready_file + ".tmp", args.ready_file)
+    print(f"nakflow receive: ready ({args.mode}, queue {args.capacity:,}): senders connect "
+          f"to --data {','.join(rx.data_endpoints)} --feedback "
+          f"{','.join(rx.feedback_endpoints)}", file=sys.stderr, flush=True)
+    log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id, rx.data_endpoints,
+             rx.feedback_endpoints, args.mode)
+    deliveries = None
+    if args.deliveries:
+        from .testing import DeliveryLog
+
+        deliveries = DeliveryLog()
+    take = rx.get_many if deliveries is None else _logged(rx.get_many, deliveries)
+    consumer = _Consumer(args, take, sink)
+    t0 = time.monotonic()
+    try:
+        while consumer.error is None:
+            now = time.monotonic()
+            if args.duration is not None and now - t0 >= args.duration:
+                break
+            if args.senders and rx.done(args.senders):
+                break
+            consumer.step(now - t0, now)
+    except Interrupted as exc:
+        log.warning("stopping on %s: draining %d queued message(s)", exc,
+                    rx.snapshot()["queued"])
+    finally:
+        rx.close()
+    while True:  # after close the queue is ours: hand it over (or count it drained)
+        rest = take(1 << 16, timeout=0)
+        if not rest:
+            break
+        consumer.hand_over(rest)
+    if sink is not None:
+        try:
+            sink.close()
+        except SinkError as exc:
+            consumer.error = consumer.error or str(exc)
+    if metrics is not None:
+        metrics.close()
+    if deliveries is not None:
+        with open(args.deliveries, "w") as f:
+            json.dump(deliveries.report(), f)
+    snap = rx.snapshot()
+    snap["consume_rate"] = consumer.rate
+    snap["ends"] = len(rx.ends())
+    snap["process_cpu_s"] = round(time.process_time(), 3)  # every thread of the process
+    if sink is not None:
+        snap["sink"] = {"target": sink.name, "written": sink.written,
+                        "not_written": consumer.unsunk, "error": consumer.error}
+    verdict = receiver_verdict(snap, expect_senders=args.senders)
+    snap["summary"] = verdict.line
+    snap["problems"] = verdict.problems
+    emit(snap, args.json, file=sys.stderr if args.sink in ("-", "stdout") else None,
+         keys=PLAIN_KEYS["receive"])
+    status = say_verdict("receive", verdict, args.allow_loss)
+    if snap["error"] is not None or consumer.error is not None:
+        return EXIT_INCOMPLETE
+    return status  # a signal is how a service stops: the verdict says if it was clean
+
+
+def _logged(get_many: Any, log: Any) -> Any:
+    def take(n: int, timeout: float | None = None) -> list[Any]:
+        msgs = get_many(n, timeout=timeout)
+        log.add(msgs)
+        return list(msgs)
+    return take
+
+
+def _distinct_endpoints(data: str, feedback: str) -> None:
+    from transports import parse_endpoints
+
+    same = set(parse_endpoints(data)) & set(parse_endpoints(feedback))
+    if any(not u.endswith(":*") for u in same):
+        raise ValueError(f"--data and --feedback both name {sorted(same)[0]}: each channel "
+                         "needs its own endpoint (e.g. ports 5600 and 5601)")
+
+
+# -- send ----------------------------------------------------------------------------
+def cmd_send(args: argparse.Namespace) -> int:
+    from .sender import Sender
+
+    _distinct_endpoints(args.data, args.feedback)
+    payload = b"x" * args.size
+    count = args.count if args.count is not None else (None if args.duration else 10_000)
+    interrupted: str | None = None
+    status_if_interrupted = 0
+    tx = Sender(args.data, args.feedback, mode=args.mode, stream=args.stream,
+                sender_id=args.id, max_rate_msgs=args.max_rate,
+                options=socket_options(args), shared_key=shared_key(args),
+                repair=repair_config(args), linger_s=args.linger_s,
+                frame_msgs=args.frame_msgs, nak=nak_config(args))
+    metrics = serve_metrics(args, tx)
+    ended = False
+    try:
+        if args.wait_receivers:
+            _wait_for_receivers(tx, args)
+        _send_all(tx, args, payload, count)
+        tx.flush()
+        ended = True
+    except Interrupted as exc:
+        interrupted, status_if_interrupted = f"interrupted by {exc}", 128 + exc.signum
+    except TimeoutError as exc:
+        interrupted, status_if_interrupted = f"gave up: {exc}", EXIT_INCOMPLETE
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
+    finally:
+        if ended:
+            tx.close()
+        else:
+            tx.abort()
+    snap = tx.snapshot()
+    if metrics is not None:
+        metrics.close()
+    verdict = sender_verdict(snap, planned=count, interrupted=interrupted)
+    snap["summary"] = verdict.line
+    snap["problems"] = verdict.problems
+    emit(snap, args.json, keys=PLAIN_KEYS["send"])
+    status = say_verdict("send", verdict, args.allow_loss)
+    return status_if_interrupted or status
+
+
+class NoReceivers(ValueError):
+    """Nobody answered the sender's HELLO in time: a usage problem (exit 2)."""
+
+
+def _wait_for_receivers(tx: Any, args: argparse.Namespace) -> None:
+    try:
+        tx.wait_for_receivers(args.wait_receivers, timeout=args.wait_timeout)
+    except TimeoutError as exc:
+        raise NoReceivers(
+            f"{exc}; start the receivers first ('nakflow receive'), check that --data and "
+            "--feedback are their data and feedback endpoints, in that order, or pass "
+            "--wait-receivers 0 to send to whoever listens") from None
+
+
+def _send_all(tx: Any, args: argparse.Namespace, payload: bytes, count: int | None) -> None:
+    """Send ``count`` messages (or until --duration); each send may wait at most
+    --send-timeout for permission (TimeoutError then)."""
+    end = math.inf if args.duration is None else time.monotonic() + args.duration
+    timeout = args.send_timeout
+    i = 0
+    while count is None or i < count:
+        if (i & 63) == 0 and time.monotonic() >= end:
+            break
+        if args.batch > 1:
+            n = args.batch if count is None else min(args.batch, count - i)
+            tx.send_batch([payload] * n, timeout=timeout)
+            i += n
+        else:
+            tx.send(payload, timeout)
+            i += 1
+
+
+# -- demo ----------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .testing import run_local_comparison
+
+    result = run_local_comparison(modes=args.modes.split(","), count=args.count,
+                                  slow_rate=args.slow_rate, capacity=args.capacity,
+                                  progress=not args.json)
+    if args.json:
+        emit(result, True)
+    return 0

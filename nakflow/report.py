@@ -1,0 +1,104 @@
+"""One-line summaries of a sender's or receiver's snapshot, and whether the run was clean.
+
+``nakflow send`` and ``nakflow receive`` print these, and exit non-zero when
+``problems`` is not empty (``--allow-loss`` keeps the old behaviour). The same
+functions serve a Python user who wants the verdict without reading the report:
+
+    >>> verdict = receiver_verdict(rx.snapshot(), expect_senders=1)
+    >>> print(verdict.line); sys.exit(1 if verdict.problems else 0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Why a message counted in a stream was not delivered, in the order they are printed.
+MISSING_REASONS = ("lost", "dropped", "beyond_history", "missed_before_join")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``line``: what happened, in one line; ``problems``: what was not right (empty: all
+    was delivered, every peer agreed on the mode and key, somebody answered)."""
+
+    line: str
+    problems: list[str] = field(default_factory=list)
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def _mismatches(snap: dict[str, Any]) -> list[str]:
+    out = []
+    if snap.get("mode_mismatch"):
+        out.append(f"{_n(snap['mode_mismatch'])} frames from peers in another mode "
+                   "(check every side's --mode)")
+    if snap.get("key_mismatch"):
+        out.append(f"{_n(snap['key_mismatch'])} frames from peers with another shared key, "
+                   "or none (check every side's --shared-key)")
+    return out
+
+
+def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None) -> Verdict:
+    """``delivered X of Y from N senders, Z missing (reasons)``, and the problems: messages
+    missing, senders that sent no END (or fewer than ``expect_senders`` did), nobody
+    heard, peers in another mode or with another key."""
+    streams = snap.get("senders") or []
+    total = sum(s["final_seq"] if s["final_seq"] is not None else s["next_seq"]
+                for s in streams)
+    by_reason = {r: sum(s["missing_by_reason"].get(r, 0) for s in streams)
+                 for r in MISSING_REASONS}
+    missing = sum(by_reason.values())
+    queued = snap.get("queued", 0)
+    delivered = max(0, total - missing - queued)
+    ended = sum(1 for s in streams if s["final_seq"] is not None)
+    line = (f"delivered {_n(delivered)} of {_n(total)} from {len(streams)} "
+            f"sender{'s' if len(streams) != 1 else ''}, {_n(missing)} missing")
+    reasons = ", ".join(f"{r} {_n(v)}" for r, v in by_reason.items() if v)
+    if reasons:
+        line += f" ({reasons})"
+    problems = []
+    if missing:
+        problems.append(f"{_n(missing)} messages missing ({reasons})")
+    if queued:
+        line += f", {_n(queued)} still queued"
+    open_streams = len(streams) - ended
+    if open_streams:
+        line += f"; {open_streams} without END"
+        problems.append(f"{open_streams} sender(s) sent no END (stopped, or still sending)")
+    if expect_senders is not None and ended < expect_senders:
+        problems.append(f"END from {ended} of the {expect_senders} senders expected")
+    if not streams:
+        problems.append("no sender was heard (check --data/--feedback and that senders "
+                        "connect to these endpoints)")
+    problems += _mismatches(snap)
+    return Verdict(line, problems)
+
+
+def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
+                   interrupted: str | None = None) -> Verdict:
+    """``sent X msgs in T s (R msgs/s) to N receivers``, and the problems: nobody
+    answered, fewer sent than ``planned``, an interruption, messages the receivers asked
+    for that the history no longer held, peers in another mode or with another key."""
+    sent, elapsed = snap.get("sent", 0), snap.get("elapsed_s", 0.0)
+    receivers = snap.get("receivers_seen") or snap.get("receivers") or 0
+    rate = sent / elapsed if elapsed > 0 else 0.0
+    line = (f"sent {_n(sent)} msgs in {elapsed:.1f} s ({_n(round(rate))} msgs/s) to "
+            f"{receivers} receiver{'s' if receivers != 1 else ''}")
+    problems = []
+    if planned is not None and sent < planned:
+        problems.append(f"sent {_n(sent)} of the {_n(planned)} planned")
+    if interrupted:
+        problems.append(f"{interrupted}: no END was sent, receivers report the stream "
+                        "incomplete")
+    if not receivers:
+        problems.append("no receiver answered: nothing was known to arrive (check "
+                        "--data/--feedback: the receivers' data and feedback endpoints)")
+    repair = snap.get("repair") or {}
+    if repair.get("gone"):
+        problems.append(f"{_n(repair['gone'])} messages receivers asked for were no longer "
+                        "in the history (beyond_history; see --history-*)")
+    problems += _mismatches(snap)
+    return Verdict(line, problems)

@@ -1,0 +1,198 @@
+"""The command line as a user meets it: one-line errors with exit 2 for every bad argument
+or environment problem, an honest verdict and exit status at the end of a run, signals
+and timeouts that end every wait, and output that stays parseable."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nakflow.testing import nakflow_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def endpoints() -> tuple[str, str]:
+    return f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+
+
+def nakflow(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(nakflow_cmd(*args), capture_output=True, text=True, timeout=timeout)
+
+
+def receiver(data: str, feedback: str, *extra: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(nakflow_cmd("receive", "--data", data, "--feedback", feedback,
+                                        "--json", *extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # the ready line: it has bound
+    assert "nakflow receive: ready" in line, line
+    return proc
+
+
+def errors_of(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return [ln for ln in proc.stderr.splitlines() if "speedups" not in ln]
+
+
+BAD = [
+    (("receive", "--data", "tcp://127.0.0.1", "--feedback", "tcp://127.0.0.1:5601"),
+     "has no port"),
+    (("receive", "--data", "tcp://127.0.0.1:99999", "--feedback", "tcp://127.0.0.1:5601"),
+     "from 1 to 65535"),
+    (("receive", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{p}"),
+     "each channel needs its own endpoint"),
+    (("receive", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--sink", "file:/nonexistent/x"), "cannot open /nonexistent/x"),
+    (("receive", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--curve-secret", "/nonexistent.key_secret", "--curve-server-key", "/nonexistent.key",
+      "--curve-authorized", "/tmp"), "CURVE secret key file not found"),
+    (("receive", "--data", "udp://x", "--feedback", "tcp://a:1"), "expected one of"),
+    (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+      "--capacity", "-3"), "must be > 0"),
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--wait-timeout", "0.5"), "0 of 1 receivers answered"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[m for _, m in BAD])
+def test_a_bad_argument_is_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
+    p, q = free_port(), free_port()
+    out = nakflow(*(a.format(p=p, q=q) for a in args), "--duration", "1")
+    assert out.returncode == 2, out.stderr
+    lines = errors_of(out)
+    assert len(lines) == 1, lines
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_port_in_use_and_a_missing_authorized_dir_say_so(tmp_path) -> None:
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--duration", "20")
+    try:
+        out = nakflow("receive", "--data", data, "--feedback", endpoints()[1])
+        assert out.returncode == 2 and "address already in use" in out.stderr
+    finally:
+        rx.kill()
+        rx.communicate()
+    keys = tmp_path / "keys"
+    assert nakflow("keygen", str(keys), "r").returncode == 0
+    out = nakflow("receive", "--data", endpoints()[0], "--feedback", endpoints()[1],
+                  "--curve-secret", str(keys / "r.key_secret"), "--curve-server-key",
+                  str(keys / "r.key"), "--curve-authorized", str(tmp_path / "missing"))
+    assert out.returncode == 2 and "is not a directory" in out.stderr
+
+
+def test_verdicts_and_exit_status_of_a_clean_run() -> None:
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--senders", "1")
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "5000")
+    assert tx.returncode == 0, tx.stderr
+    assert "nakflow send: sent 5,000 msgs in" in tx.stderr and "to 1 receiver" in tx.stderr
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 0, err
+    assert "nakflow receive: delivered 5,000 of 5,000 from 1 sender, 0 missing" in err
+    report = json.loads(out)
+    assert report["summary"].startswith("delivered 5,000 of 5,000") and report["problems"] == []
+
+
+def test_receive_with_nothing_heard_and_a_mode_mismatch_exit_1() -> None:
+    out = nakflow("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+                  "--duration", "0.3", "--json")
+    assert out.returncode == 1 and "no sender was heard" in out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["received"] == 0  # stdout: the JSON alone
+    assert nakflow("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+                   "--duration", "0.3", "--allow-loss").returncode == 0
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--mode", "ack", "--senders", "1")
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--mode", "none", "--count", "500")
+    assert tx.returncode == 1 and "in another mode" in tx.stderr
+    _, err = rx.communicate(timeout=60)
+    assert rx.returncode == 1 and "in another mode" in err
+
+
+def test_a_sender_whose_only_ack_receiver_dies_gives_up_and_reports() -> None:
+    """ACK with its only receiver killed: the send waits --send-timeout, then reports and
+    exits 1 (it used to wait for ever and ignore SIGTERM)."""
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--mode", "ack", "--duration", "60")
+    tx = subprocess.Popen(nakflow_cmd("send", "--data", data, "--feedback", fb, "--mode", "ack",
+                                      "--count", "100000000", "--send-timeout", "2", "--json"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    rx.kill()
+    rx.communicate()
+    t0 = time.monotonic()
+    out, err = tx.communicate(timeout=60)
+    assert tx.returncode == 1, err
+    report = json.loads(out)
+    assert any("gave up: no permission to send within 2.0 s" in p for p in report["problems"])
+    assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_blocked_sender_stops_on_a_signal_with_its_report(signum: int) -> None:
+    """A sender blocked in ack (its receiver stopped consuming, never granting more)
+    ends on SIGTERM/SIGINT within a second, prints its report, sends no END."""
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--mode", "ack", "--stall-at", "0", "--stall-for", "60",
+                  "--capacity", "1000", "--duration", "60")
+    tx = subprocess.Popen(nakflow_cmd("send", "--data", data, "--feedback", fb, "--mode", "ack",
+                                      "--count", "100000", "--json"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)
+        assert tx.poll() is None  # blocked on credit
+        t0 = time.monotonic()
+        tx.send_signal(signum)
+        out, err = tx.communicate(timeout=30)
+        assert time.monotonic() - t0 < 5
+        assert tx.returncode == 128 + signum, err
+        report = json.loads(out)
+        assert 0 < report["sent"] <= 1000
+        assert f"interrupted by {signal.Signals(signum).name}" in err
+    finally:
+        rx.kill()
+        rx.communicate()
+
+
+def test_a_late_receiver_gets_what_the_history_still_holds() -> None:
+    """A receiver started after the sender began is offered the stream's start from the
+    sender's history (late join): it ends with everything."""
+    data, fb = endpoints()
+    first = receiver(data, fb, "--senders", "1")
+    late_data, late_fb = endpoints()
+    tx = subprocess.Popen(nakflow_cmd("send", "--data", f"{data},{late_data}", "--feedback",
+                                      f"{fb},{late_fb}", "--count", "20000", "--max-rate",
+                                      "10000"), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    late = receiver(late_data, late_fb, "--senders", "1")
+    assert tx.wait(60) == 0
+    for proc in (first, late):
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        report = json.loads(out)
+        assert report["delivered"] == 20_000 and report["missed_before_join"] == 0
+    assert report["repaired"] > 1_000  # the late one's start came from the history
+
+
+def test_help_shows_defaults_examples_and_v_works_after_the_command() -> None:
+    text = nakflow("send", "--help").stdout
+    assert "default: 10,000" in text and "examples:" in text
+    assert nakflow("--version").stdout.startswith("nakflow ")
+    out = nakflow("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+                  "--duration", "0.2", "--allow-loss", "-v")
+    assert out.returncode == 0 and " INFO " in out.stderr
+    assert sys.executable
