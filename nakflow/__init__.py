@@ -7,6 +7,7 @@ calls: time comes in as ``now``) and the live runtime built on it.
 from typing import TYPE_CHECKING
 
 from ._auth import AuthError, FrameAuth, SharedKey
+from ._backpressure import BackpressureEpisodes
 from ._bucket import TokenBucket
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -27,10 +28,14 @@ from ._codec import (
 )
 from ._config import MODES, AckConfig, NakConfig, RepairConfig, check_mode
 from ._credit import CreditGranter, CreditLedger, SenderKey
-from ._episodes import BackpressureEpisodes
 from ._errors import ConfigError, CreditViolation, NakflowError, ProtocolError
 from ._fill import FillMonitor
-from ._flow import (
+from ._history import SendHistory
+from ._rate import NakRateController
+from ._receiver_core import Message, ReceiverCore
+from ._repair import RepairRequester
+from ._sender_core import SenderCore
+from .policies import (
     AckFeedback,
     AckFlow,
     NakFeedback,
@@ -42,11 +47,6 @@ from ._flow import (
     make_receiver_flow,
     make_sender_flow,
 )
-from ._history import SendHistory
-from ._rate import NakRateController
-from ._receiver_core import Message, ReceiverCore
-from ._repair import RepairRequester
-from ._sender_core import SenderCore
 
 __version__ = "0.1.0"
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
+from ._batch import FRAME_BYTES, FRAME_MSGS, LINGER_S
+from ._codec import DEFAULT_MAX_FRAME_BYTES
 from ._errors import ConfigError
 
 MODES = ("nak", "ack", "none")
@@ -292,3 +295,137 @@ class RepairConfig:
             raise ConfigError("backoff_s and linger_quiet_s must be >= 0")
         if not 0 < self.refill_below <= 1:
             raise ConfigError("refill_below must lie in (0, 1]")
+
+
+@dataclass(frozen=True)
+class SenderConfig:
+    """Everything a sender's protocol core needs; ``Sender(..., config=)`` and the asyncio
+    and simulated drivers take it (their keyword arguments override its fields)."""
+
+    #: Flow control: "nak", "ack" or "none".
+    mode: str = "nak"
+    #: Stream name; feedback for other streams is ignored.
+    stream: str = "default"
+    #: Unique id of this sender (None: a random one when the driver starts).
+    sender_id: str | None = None
+    #: Incarnation number; a restarted sender must use a new one (None: ms since 1970).
+    epoch: int | None = None
+    #: NAK rate control.
+    nak: NakConfig = field(default_factory=NakConfig)
+    #: Credit (ACK) flow control.
+    ack: AckConfig = field(default_factory=AckConfig)
+    #: History and repair (nak).
+    repair: RepairConfig = field(default_factory=lambda: RepairConfig())
+    #: A cap in every mode (nak: its ceiling), msgs/s (None: no cap).
+    max_rate_msgs: float | None = None
+    #: How often a sender that waits (for receivers, for credit) says HELLO, s.
+    hello_interval_s: float = 0.1
+    #: Natural batching: a message waits at most this long for company, s (0: none).
+    linger_s: float = LINGER_S
+    #: ... and a DATA frame holds at most this many messages ...
+    frame_msgs: int = FRAME_MSGS
+    #: ... or payload bytes.
+    frame_bytes: int = FRAME_BYTES
+    #: Largest frame the receivers accept, bytes.
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    #: Sampling interval of the snapshot's timeline, s.
+    timeline_interval_s: float = 0.05
+    #: Seal every frame and accept only sealed feedback (nakflow.SharedKey; None: off).
+    shared_key: Any = None
+    #: (nak) Start from the rate the last sender on the same path in this process
+    #: validated (a series of short-lived senders, as Spark tasks are).
+    remember_rate: bool = False
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode)
+        if not self.stream or len(self.stream) > 256:
+            raise ConfigError("stream must be a name of 1..256 characters")
+        if self.epoch is not None and self.epoch < 0:
+            raise ConfigError("epoch must be >= 0")
+        if self.max_rate_msgs is not None and not self.max_rate_msgs > 0:
+            raise ConfigError("max_rate_msgs must be > 0 or None")
+        if not self.hello_interval_s > 0 or not self.timeline_interval_s > 0:
+            raise ConfigError("hello_interval_s and timeline_interval_s must be > 0")
+        if self.linger_s < 0 or self.frame_msgs < 1 or self.frame_bytes < 1:
+            raise ConfigError("linger_s must be >= 0, frame_msgs and frame_bytes >= 1")
+
+    def named(self, sender_id: str, epoch: int) -> SenderConfig:
+        """This config with its id and epoch filled in (where they were None)."""
+        return replace(self, sender_id=self.sender_id or sender_id,
+                       epoch=epoch if self.epoch is None else self.epoch)
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    """Everything a receiver's protocol core needs (``Receiver(..., config=)``)."""
+
+    #: Flow control: "nak", "ack" or "none".
+    mode: str = "nak"
+    #: Stream name; frames of other streams are ignored.
+    stream: str = "default"
+    #: Unique id of this receiver (None: a random one when the driver starts).
+    receiver_id: str | None = None
+    #: Queue bound, msgs.
+    capacity_msgs: int = 10_000
+    #: What a full queue does: "drop-newest", "drop-oldest" or "block".
+    overflow: str = "drop-newest"
+    #: Deliver each (sender id, seq) once across epochs (a retried Spark task).
+    drop_duplicates: bool = False
+    #: NAK emission.
+    nak: NakConfig = field(default_factory=NakConfig)
+    #: Credit granting.
+    ack: AckConfig = field(default_factory=AckConfig)
+    #: Repair requests (nak).
+    repair: RepairConfig = field(default_factory=lambda: RepairConfig())
+    #: How often a receiver says HELLO on the feedback channel, s.
+    hello_interval_s: float = 0.5
+    #: Largest frame accepted, bytes (bigger ones are dropped unparsed and counted).
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    #: Sampling interval of the snapshot's timeline, s.
+    timeline_interval_s: float = 0.05
+    #: Accept only frames sealed with this key and seal feedback (None: off).
+    shared_key: Any = None
+    #: (sender, epoch) streams accounted at once; past it the oldest ended is forgotten.
+    max_streams: int = 10_000
+    #: Tests only: drop this fraction of DATA frames after reading them (needs an rng).
+    test_data_loss: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode)
+        if self.overflow not in OVERFLOW_POLICIES:
+            raise ConfigError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
+        if self.capacity_msgs < 1:
+            raise ConfigError("capacity_msgs must be >= 1")
+        if self.max_streams < 1:
+            raise ConfigError("max_streams must be >= 1")
+        if not self.stream or len(self.stream) > 256:
+            raise ConfigError("stream must be a name of 1..256 characters")
+        if not 0 <= self.test_data_loss < 1:
+            raise ConfigError("test_data_loss must lie in [0, 1)")
+
+    def named(self, receiver_id: str) -> ReceiverConfig:
+        return replace(self, receiver_id=self.receiver_id or receiver_id)
+
+
+OVERFLOW_POLICIES = ("drop-newest", "drop-oldest", "block")
+
+
+def with_overrides(config: Any, cls: type, overrides: dict[str, Any]) -> Any:
+    """``config`` (or the default of ``cls``) with ``overrides`` (keyword arguments of the
+    old constructors) applied; TypeError names an unknown one, as Python would."""
+    base = config if config is not None else cls()
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+    given = {k: v for k, v in overrides.items() if v is not _UNSET}
+    return replace(base, **given) if given else base
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+#: A keyword argument not given (None can be a real value).
+_UNSET: Any = _Unset()

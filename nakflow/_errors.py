@@ -20,3 +20,8 @@ class ConfigError(NakflowError, ValueError):
 
 class CreditViolation(NakflowError, RuntimeError):
     """A caller tried to send more than the slowest receiver granted (ACK mode)."""
+
+
+class LocalProtocolError(NakflowError, RuntimeError):
+    """This side was asked to do something its protocol state does not allow (data after
+    END, anything after close): a bug in the caller, as h11's LocalProtocolError."""

@@ -67,35 +67,6 @@ class RateMeter:
         return None
 
 
-class RateMemory:
-    """The rate senders reached on a path, remembered for the next sender on it.
-
-    A sender that ends hands in its validated rate (``NakRateController.validated_rate``:
-    the limit, but no more than it really sent at); a sender starting on the same path
-    (stream and data endpoints) within ``max_age_s`` starts from there instead of slow
-    start's ``initial_rate_msgs``. That is TCP's temporal sharing (RFC 9040; Linux keeps
-    such per-destination metrics in ``tcp_metrics``): a Spark job's tasks run one after
-    another in the same Python worker, and each would climb from 5,000 msgs/s again.
-    If the path got slower since, the first NAK cuts as usual. No clock: ``now`` in.
-    """
-
-    def __init__(self, max_age_s: float = 10.0, max_paths: int = 256) -> None:
-        self.max_age_s, self.max_paths = max_age_s, max_paths
-        self._paths: dict[Any, tuple[float, float]] = {}  # key -> (rate, when)
-
-    def recall(self, key: Any, *, now: float) -> float | None:
-        got = self._paths.get(key)
-        if got is None or now - got[1] > self.max_age_s:
-            return None
-        return got[0]
-
-    def remember(self, key: Any, rate: float, *, now: float) -> None:
-        self._paths.pop(key, None)
-        self._paths[key] = (rate, now)
-        while len(self._paths) > self.max_paths:
-            del self._paths[next(iter(self._paths))]
-
-
 class NakRateController:
     """Adaptive send-rate limit in msgs/s, driven by NAK levels.
 

@@ -20,11 +20,11 @@ from ._codec import Bye, Data, End, Frame, Gone, Hello, RData, Repair, decode, d
 from ._config import AckConfig, NakConfig, RepairConfig
 from ._errors import ConfigError
 from ._fill import DelayMonitor, LossMonitor, Uniform
-from ._flow import is_other_modes_feedback, make_receiver_flow
-from ._inbound import InboundChecks
+from ._frame_checks import InboundChecks
 from ._repair import RepairRequester
 from ._sender_core import remember
 from ._seqtrack import SequenceTracker
+from .policies import is_other_modes_feedback, make_receiver_flow
 
 log = logging.getLogger("nakflow.receiver")
 

@@ -29,10 +29,10 @@ from ._codec import (
     pack_frame,
 )
 from ._config import AckConfig, NakConfig, RepairConfig
-from ._flow import AckFlow, NakFlow, is_other_modes_feedback, make_sender_flow
+from ._frame_checks import InboundChecks
 from ._history import SendHistory, Slice
-from ._inbound import InboundChecks
 from ._timeline import Timeline
+from .policies import AckFlow, NakFlow, is_other_modes_feedback, make_sender_flow
 
 log = logging.getLogger("nakflow.sender")
 

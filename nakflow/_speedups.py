@@ -15,7 +15,7 @@ twin's when
   ``make setup`` rebuilds it).
 
 A hot module must not hold module-level state that changes (a registry, a cache): the
-twin runs the module's body again and would hold its own copy (``nakflow._shared`` is
+twin runs the module's body again and would hold its own copy (``nakflow._rate_memory`` is
 where such state lives). The compiled classes keep the pure module's name
 (``__module__``), so pickles name ``nakflow._codec.Data`` whichever runs. Spark's
 shipped bundle carries only the ``.py`` files: executors run the pure Python unless
@@ -31,8 +31,9 @@ import os
 from typing import Any
 
 #: Modules compiled by scripts/build_speedups.py.
-HOT = ("_codec", "_gaps", "_seqtrack", "_batch", "_bucket", "_rate", "_credit", "_flow",
-       "_fill", "_history", "_repair", "_inbox", "_receiver_core", "_sender_core", "sender")
+HOT = ("_codec", "_gaps", "_seqtrack", "_batch", "_bucket", "_rate", "_credit", "policies",
+       "_fill", "_history", "_repair", "_delivery_queue", "_receiver_core", "_sender_core",
+       "sender")
 TWIN_SUFFIX = "_c"
 ENV = "NAKFLOW_PURE_PYTHON"
 

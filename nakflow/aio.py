@@ -37,12 +37,12 @@ import zmq.asyncio
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
 from ._auth import SharedKey
+from ._backpressure import BackpressureEpisodes
 from ._batch import FRAME_BYTES, FRAME_MSGS, LINGER_S, FrameBatcher
 from ._codec import DEFAULT_MAX_FRAME_BYTES
 from ._config import AckConfig, NakConfig, RepairConfig, check_mode
-from ._episodes import BackpressureEpisodes
+from ._delivery_queue import DeliveryQueue
 from ._errors import ConfigError
-from ._inbox import Inbox
 from ._receiver_core import Key, Message, ReceiverCore
 from ._sender_core import SenderCore
 from ._seqtrack import MAX_STREAMS
@@ -341,7 +341,7 @@ class AsyncReceiver:
         for sock in (self._adata, self._ahear):
             if sock is not None:
                 self._poller.register(sock, zmq.POLLIN)
-        self._inbox = Inbox(capacity_msgs, "drop-newest", wake=lambda: None, wake_every=1)
+        self._inbox = DeliveryQueue(capacity_msgs, "drop-newest", wake=lambda: None, wake_every=1)
         self._pending: deque[tuple[Key, Message]] = deque()
         self._episodes = BackpressureEpisodes(capacity_msgs)
         self.timeline = Timeline(("depth", "seen_depth", "received", "delivered", "dropped"))

@@ -24,11 +24,11 @@ import zmq
 from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
 
 from ._auth import SharedKey
+from ._backpressure import BackpressureEpisodes
 from ._codec import DEFAULT_MAX_FRAME_BYTES
 from ._config import AckConfig, NakConfig, RepairConfig, check_mode
-from ._episodes import BackpressureEpisodes
+from ._delivery_queue import OVERFLOW_POLICIES, DeliveryQueue
 from ._errors import ConfigError
-from ._inbox import OVERFLOW_POLICIES, Inbox
 from ._receiver_core import Key, Message, ReceiverCore
 from ._seqtrack import MAX_STREAMS
 from ._timeline import Timeline
@@ -42,7 +42,7 @@ IDLE_POLL_S = 0.1  # longest the I/O thread sleeps with nothing due (close() als
 
 class _ReceiverIO:
     """The I/O thread's half of a Receiver: it owns the sockets, reads DATA through the
-    core into the queue (``Inbox``), and sends the feedback the core decides."""
+    core into the queue (``DeliveryQueue``), and sends the feedback the core decides."""
 
     core: ReceiverCore
     overflow: str
@@ -55,7 +55,7 @@ class _ReceiverIO:
     _auth: Any
     _wake_r: int
     _wake_w: int
-    _inbox: Inbox
+    _inbox: DeliveryQueue
     _episodes: BackpressureEpisodes
     _pending: deque[tuple[Key, Message]]
     _behind_since: float | None
@@ -271,7 +271,7 @@ class Receiver(_ReceiverIO):
         os.set_blocking(self._wake_w, False)
 
         # shared between the I/O thread and consumers
-        self._inbox = Inbox(capacity_msgs, overflow, wake=self._wake, wake_every=max(
+        self._inbox = DeliveryQueue(capacity_msgs, overflow, wake=self._wake, wake_every=max(
             1, int(capacity_msgs * ack_cfg.regrant_fraction / 4)))
         self._stopping = False
         self._core_lock = threading.Lock()  # held by the I/O thread while it uses the core
@@ -406,7 +406,7 @@ class Receiver(_ReceiverIO):
 
     # -- metrics -----------------------------------------------------------------
     def latency_ms(self) -> dict[str, float | None]:
-        """Send-to-delivery latency (see ``Inbox.latency_ms``)."""
+        """Send-to-delivery latency (see ``DeliveryQueue.latency_ms``)."""
         return self._inbox.latency_ms()
 
     def snapshot(self) -> dict[str, Any]:

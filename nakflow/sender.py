@@ -29,9 +29,9 @@ from ._batch import FRAME_BYTES, FRAME_MSGS, LINGER_S, FrameBatcher
 from ._codec import DEFAULT_MAX_FRAME_BYTES, T_DATA, VERSION, pack_frame
 from ._config import AckConfig, NakConfig, RepairConfig, check_mode
 from ._errors import ConfigError
-from ._flow import AckFlow
+from ._rate_memory import RATE_MEMORY
 from ._sender_core import SenderCore
-from ._shared import RATE_MEMORY
+from .policies import AckFlow
 
 FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
 #: ``send`` takes permission for up to this many messages at once and spends it without
@@ -331,7 +331,7 @@ class Sender(_SenderLink):
             ``linger_s=0``: one message a frame.
         remember_rate: (``nak``) start from the rate the last sender on the same path
             (stream and data endpoints) in this process validated, if it ended within
-            10 s, instead of slow start's ``initial_rate_msgs`` (``_rate.RateMemory``;
+            10 s, instead of slow start's ``initial_rate_msgs`` (``_rate_memory.RateMemory``;
             ``start_rate_msgs`` says where it began). For jobs that send in a series of
             short-lived senders, as Spark tasks do.
 

@@ -18,8 +18,8 @@ from typing import Any
 from nakflow import Bye, Credit, Data, End, Gone, Hello, Nak, RData, Repair, encode
 from nakflow._batch import FrameBatcher
 from nakflow._codec import decode, decode_data
+from nakflow._delivery_queue import DeliveryQueue
 from nakflow._errors import ProtocolError
-from nakflow._inbox import Inbox
 from nakflow._receiver_core import Message
 from nakflow._seqtrack import SequenceTracker
 from nakflow._speedups import status
@@ -126,7 +126,7 @@ def batcher(rng: random.Random) -> list[Any]:
 def inbox(rng: random.Random) -> list[Any]:
     out: list[Any] = []
     for overflow in ("drop-newest", "drop-oldest"):
-        box = Inbox(50, overflow, wake=lambda: None, wake_every=5)
+        box = DeliveryQueue(50, overflow, wake=lambda: None, wake_every=5)
         dropped: list[int] = []
         on_dropped = lambda m, d=dropped: d.append(m.seq)  # noqa: E731
         for i in range(300):

@@ -5,9 +5,9 @@ import pathlib
 
 import pytest
 
-CORE = ["_auth", "_bucket", "_codec", "_config", "_credit", "_episodes", "_errors", "_fill",
-        "_gaps", "_history", "_inbound", "_repair", "_receiver_core", "_sender_core",
-        "_flow", "_rate", "_seqtrack", "_timeline"]
+CORE = ["_auth", "_bucket", "_codec", "_config", "_credit", "_backpressure", "_errors", "_fill",
+        "_gaps", "_history", "_frame_checks", "_repair", "_receiver_core", "_sender_core",
+        "policies", "_rate", "_seqtrack", "_timeline"]
 FORBIDDEN = {"zmq", "pyspark", "threading", "socket", "time", "asyncio", "select",
              "random", "transports", "simulations", "spark_adapter"}
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -271,7 +271,7 @@ def test_after_naks_stop_rate_returns_to_max_within_bound(events, max_rate):
 
 
 def test_rate_memory_recalls_a_recent_paths_rate_and_forgets_old_and_many():
-    from nakflow._rate import RateMemory
+    from nakflow._rate_memory import RateMemory
 
     mem = RateMemory(max_age_s=10.0, max_paths=2)
     mem.remember(("s", ("tcp://a",)), 80_000.0, now=100.0)

@@ -32,7 +32,7 @@ _message_of = itemgetter(1)
 Item = tuple[Key, Message]
 
 
-class Inbox:
+class DeliveryQueue:
     """Bounded, thread-safe queue of ``(stream key, Message)``."""
 
     def __init__(self, capacity_msgs: int, overflow: str, *, wake: Callable[[], None],
