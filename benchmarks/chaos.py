@@ -53,8 +53,9 @@ import zmq
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from nakflow import Credit, Nak, ProtocolError, Repair, decode  # noqa: E402
+from nakflow import ProtocolError  # noqa: E402
 from nakflow.testing import nakflow_cmd  # noqa: E402
+from nakflow.wire import Credit, Nak, Repair, decode  # noqa: E402
 
 NETNS_SETUP = ("ip link set lo up multicast on && ip route add 224.0.0.0/4 dev lo && "
                "exec \"$@\"")

@@ -74,7 +74,7 @@ def main() -> None:
     for n in (10, 30) if args.quick else (10, 30, 100):
         p = CoreSimParams(receivers=n, rtt_s=0.01, duration_s=1.0, data_loss=0.01)
         r = simulate_cores(p, "nak", seed=3)
-        fps = r["sent"] / p.batch / p.duration_s
+        fps = r["frames"] / p.duration_s
         rq = r["repair"]["requests"] / p.duration_s
         any_lost = 1.0 - 0.99 ** n  # expected share of frames someone lost
         print(f"{n:>10} {'cores':>14} {p.repair.backoff_s:>9} {fps:>8.0f} {any_lost:>11.1%} "

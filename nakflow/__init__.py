@@ -1,52 +1,38 @@
-"""nakflow: NAK-based rate control for 1:N (multicast) messaging.
+"""nakflow: NAK-based rate control for 1:N (multicast) messaging over ZeroMQ.
 
-The names exported here are the sans-I/O core (no sockets, threads or clock
-calls: time comes in as ``now``) and the live runtime built on it.
+What a user needs is here (``__all__``): the live senders and receivers (threaded and
+asyncio), their configuration, the sans-I/O protocol cores for driving the protocol from
+your own loop or a simulator, the queue the receivers use, and the errors. Documented
+modules go further: ``nakflow.events`` (what the cores report), ``nakflow.policies``
+(the flow-control policies by mode name, and their building blocks), ``nakflow.wire``
+(frames and codec), ``nakflow.report`` (one-line verdicts), ``nakflow.testing`` (local
+receiver and sender processes), ``nakflow.prometheus``, ``nakflow.keyfile``.
+``import nakflow`` needs no ZeroMQ: the live classes are imported on first use.
 """
 
 from typing import TYPE_CHECKING
 
-from ._auth import AuthError, FrameAuth, SharedKey
-from ._backpressure import BackpressureEpisodes
-from ._bucket import TokenBucket
-from ._codec import (
-    DEFAULT_MAX_FRAME_BYTES,
-    VERSION,
-    Bye,
-    Credit,
-    Data,
-    End,
-    Frame,
-    Gone,
-    Hello,
-    Nak,
-    RData,
-    Repair,
-    decode,
-    encode,
-    encode_data,
+from ._auth import AuthError, SharedKey
+from ._config import (
+    MODES,
+    OVERFLOW_POLICIES,
+    AckConfig,
+    NakConfig,
+    ReceiverConfig,
+    RepairConfig,
+    SenderConfig,
+    check_mode,
 )
-from ._config import MODES, AckConfig, NakConfig, RepairConfig, check_mode
-from ._credit import CreditGranter, CreditLedger, SenderKey
-from ._errors import ConfigError, CreditViolation, NakflowError, ProtocolError
-from ._fill import FillMonitor
-from ._history import SendHistory
-from ._rate import NakRateController
+from ._delivery_queue import DeliveryQueue
+from ._errors import (
+    ConfigError,
+    CreditViolation,
+    LocalProtocolError,
+    NakflowError,
+    ProtocolError,
+)
 from ._receiver_core import Message, ReceiverCore
-from ._repair import RepairRequester
 from ._sender_core import SenderCore
-from .policies import (
-    AckFeedback,
-    AckFlow,
-    NakFeedback,
-    NakFlow,
-    NoFeedback,
-    NoFlow,
-    ReceiverFlow,
-    SenderFlow,
-    make_receiver_flow,
-    make_sender_flow,
-)
 
 __version__ = "0.1.0"
 
@@ -71,59 +57,30 @@ def __getattr__(name: str) -> object:
     globals()[name] = value
     return value
 
-__all__ = [  # noqa: RUF022 (the runtime first, then the core, each sorted)
+
+__all__ = [
+    "MODES",
+    "OVERFLOW_POLICIES",
+    "AckConfig",
     "AsyncReceiver",
     "AsyncSender",
-    "Receiver",
-    "Sender",
-    "DEFAULT_MAX_FRAME_BYTES",
-    "MODES",
-    "VERSION",
-    "AckConfig",
-    "AckFeedback",
-    "AckFlow",
     "AuthError",
-    "BackpressureEpisodes",
-    "Bye",
     "ConfigError",
-    "Credit",
-    "CreditGranter",
-    "CreditLedger",
     "CreditViolation",
-    "Data",
-    "End",
-    "FillMonitor",
-    "Frame",
-    "FrameAuth",
-    "Gone",
-    "Hello",
+    "DeliveryQueue",
+    "LocalProtocolError",
     "Message",
-    "Nak",
     "NakConfig",
-    "NakFeedback",
-    "NakFlow",
-    "NakRateController",
     "NakflowError",
-    "NoFeedback",
-    "NoFlow",
     "ProtocolError",
-    "RData",
+    "Receiver",
+    "ReceiverConfig",
     "ReceiverCore",
-    "ReceiverFlow",
-    "Repair",
     "RepairConfig",
-    "RepairRequester",
-    "SendHistory",
+    "Sender",
+    "SenderConfig",
     "SenderCore",
-    "SenderFlow",
-    "SenderKey",
     "SharedKey",
-    "TokenBucket",
     "__version__",
     "check_mode",
-    "decode",
-    "encode",
-    "encode_data",
-    "make_receiver_flow",
-    "make_sender_flow",
 ]

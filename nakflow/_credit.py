@@ -57,6 +57,10 @@ class CreditLedger:
     def receivers(self) -> list[str]:
         return sorted(self._limits)
 
+    def has_granted(self, receiver: str) -> bool:
+        """``receiver`` is live and has sent a credit."""
+        return receiver in self._granted
+
     def on_credit(self, receiver: str, limit: int, *, now: float) -> None:
         """``receiver`` allows every seq below ``limit``, heard at ``now``."""
         self.credits += 1

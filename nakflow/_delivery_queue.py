@@ -1,7 +1,7 @@
 """The live receiver's bounded queue: the I/O thread puts, the application takes.
 
-One Condition guards it. ``put`` applies the overflow policy and tells the protocol
-core what entered or was dropped; ``take`` hands messages out in the consumer's
+One Condition guards it. ``put`` applies the overflow policy and returns what entered
+and what was dropped (for the protocol core); ``take`` hands messages out in the consumer's
 batches, remembers per stream how many left (the core learns it on the I/O thread,
 ``released``), wakes the I/O thread when enough was freed for a new grant, and samples
 send-to-delivery latency.
@@ -12,15 +12,14 @@ from __future__ import annotations
 import math
 import threading
 import time
+from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Sized
 from operator import itemgetter
-
-import numpy as np
+from typing import Any
 
 from ._receiver_core import Key, Message
 
-OVERFLOW_POLICIES = ("drop-newest", "drop-oldest", "block")
 LATENCY_SAMPLES = 1 << 16
 LATENCY_PER_CALL = 32  # latency samples taken per take() call, at most about
 #: A sampled "latency" outside this range is a wrong clock or a forged timestamp, not a
@@ -30,6 +29,14 @@ LATENCY_MIN_S, LATENCY_MAX_S = -3_600.0, 86_400.0
 _key_of = itemgetter(0)
 _message_of = itemgetter(1)
 Item = tuple[Key, Message]
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 class DeliveryQueue:
@@ -51,7 +58,7 @@ class DeliveryQueue:
         self.delivered = 0
         self.queue_peak = 0
         self.t_last_delivery: float | None = None  # wall time
-        self._lat = np.zeros(LATENCY_SAMPLES)
+        self._lat = array("d", bytes(8 * LATENCY_SAMPLES))  # no numpy on executors
         self._lat_n = 0
         self._lat_max = 0.0
         self._lat_outliers = 0
@@ -143,15 +150,14 @@ class DeliveryQueue:
         return True
 
     # -- the I/O thread's side -------------------------------------------------
-    def put(self, pending: deque[Item], *, on_dropped: Callable[[Message], None],
-            on_enqueued: Callable[[Key, int], None]) -> None:
-        """Move ``pending`` into the queue, applying the overflow policy (``block``
-        leaves what does not fit in ``pending``)."""
-        if not pending:
-            return
-        cap = self.capacity_msgs
+    def put(self, pending: deque[Item]) -> tuple[dict[Key, int], list[Message]]:
+        """Move ``pending`` into the queue, applying the overflow policy (``block`` leaves
+        what does not fit in ``pending``): (messages enqueued per stream, those dropped)."""
         enq: dict[Key, int] = {}
         dropped: list[Message] = []
+        if not pending:
+            return enq, dropped
+        cap = self.capacity_msgs
         with self.cond:
             q = self._queue
             if len(q) + len(pending) <= cap:  # all of it fits (a consumer that keeps up):
@@ -174,10 +180,7 @@ class DeliveryQueue:
             if len(q) > self.queue_peak:
                 self.queue_peak = len(q)
             self.cond.notify_all()
-        for msg in dropped:
-            on_dropped(msg)
-        for key, n in enq.items():
-            on_enqueued(key, n)
+        return enq, dropped
 
     def released(self) -> tuple[dict[Key, int], int]:
         """What left the queue since the last call, per stream, and the depth now."""
@@ -203,6 +206,17 @@ class DeliveryQueue:
             self.closed = True
             self.cond.notify_all()
 
+    def snapshot(self, first_data_wall: float | None, pending: int) -> dict[str, Any]:
+        """The queue's own figures (``first_data_wall``: when the first DATA arrived, wall
+        time; ``pending``: messages the core holds for it)."""
+        last = self.t_last_delivery
+        active = (max(0.0, last - first_data_wall)
+                  if first_data_wall is not None and last is not None else 0.0)
+        return {"delivered": self.delivered, "active_s": round(active, 6),
+                "goodput_msgs": round(self.delivered / active, 1) if active > 0 else 0.0,
+                "queued": len(self) + pending, "queue_peak": self.queue_peak,
+                "latency_ms": self.latency_ms()}
+
     def latency_ms(self) -> dict[str, float | None]:
         """Send-to-delivery latency: percentiles over the last 65,536 samples (each
         ``take`` samples at most about LATENCY_PER_CALL of its messages, the oldest
@@ -210,12 +224,12 @@ class DeliveryQueue:
         impossible (timestamps more than an hour ahead or a day behind)."""
         with self.cond:
             n = min(self._lat_n, LATENCY_SAMPLES)
-            sample = self._lat[:n].copy()
+            sample = sorted(self._lat[:n])
             worst = self._lat_max
             outliers = self._lat_outliers
         if n == 0:
             return {"p50": None, "p99": None, "max": None, "samples": 0, "outliers": outliers}
-        p50, p99 = np.percentile(sample, [50, 99]) * 1000.0
+        p50, p99 = (_percentile(sample, q) * 1000.0 for q in (0.5, 0.99))
         return {"p50": round(float(p50), 3), "p99": round(float(p99), 3),
                 "max": round(worst * 1000.0, 3), "samples": int(self._lat_n),
                 "outliers": outliers}

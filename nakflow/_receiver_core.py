@@ -1,42 +1,49 @@
-"""One receiver's whole protocol, sans-I/O (as h11's ``Connection``): frames and ``now``
-in; deliveries and feedback frames out.
+"""One receiver's whole protocol, sans-I/O: frames and ``now`` in; deliveries, feedback
+frames, events and a timer out (the same driver contract as ``SenderCore``).
 
-Sequence accounting, repair requests, fill and NAK timing (or credit), presence and
-frame checking (size, codec, seal, replay) live here. The live ``Receiver`` owns the
-sockets, the I/O thread and the bounded queue: it hands every frame in, queues what
-comes out as deliveries, and tells this object what its queue did (``on_enqueued``,
-``on_released``, ``on_dropped``) and how full it is (``poll``).
+Sequence accounting, late join and repair requests, fill and NAK timing (or credit),
+presence (HELLO answers, HELLO, BYE), frame checking (size, codec, seal, replay), the
+backpressure episodes and the timeline live here. A driver owns the sockets and the
+bounded queue the application reads (``DeliveryQueue``)::
+
+    core.receive_data(buf, now)             # every frame from the data channel
+    core.receive_overheard(buf, now)        # other receivers' feedback
+    core.exchange(queue, now)               # deliveries in, what the queue did back;
+                                            # feedback decided, timer run if due
+    for buf in core.frames_to_send(): feedback.send(buf)
+
+It reads ``core.read_chunk`` frames at most per look, tells ``core.io_behind`` whether
+more were waiting, and reads nothing while ``core.wants_data(queue_full)`` says no.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections import deque
+from typing import Any, NamedTuple, Protocol
 
-from ._auth import FrameAuth, SharedKey
+from ._auth import FrameAuth
+from ._backpressure import BackpressureEpisodes
 from ._codec import Bye, Data, End, Frame, Gone, Hello, RData, Repair, decode, decode_data, encode
-from ._config import AckConfig, NakConfig, RepairConfig
+from ._config import ReceiverConfig
+from ._endpoint import Endpoint
 from ._errors import ConfigError
-from ._fill import DelayMonitor, LossMonitor, Uniform
-from ._frame_checks import InboundChecks
+from ._fill import Uniform
 from ._repair import RepairRequester
-from ._sender_core import remember
+from ._roster import remember
 from ._seqtrack import SequenceTracker
+from ._signals import FillSignals
+from ._timeline import Timeline
+from .events import SenderLeft, StreamEnded
 from .policies import is_other_modes_feedback, make_receiver_flow
 
 log = logging.getLogger("nakflow.receiver")
 
-#: Socket backlog is part of the inbound queue but ZeroMQ cannot report its size. When
-#: every read finds a full chunk waiting, the I/O thread is behind; after being behind for
-#: these multiples of the NAK window, the queue counts as 50/75/87/100 % full.
 #: An advertised group RTT is followed down only after this long, s (up at once).
 GRTT_HOLD_S = 5.0
 #: RTTs above this are taken as this (a forged or absurd advertisement), s.
 MAX_GRTT_S = 2.0
-
-SATURATION_FILL = ((4.0, 1.0), (2.0, 0.87), (1.0, 0.75), (0.2, 0.5))
 
 Key = tuple[str, int]
 
@@ -51,109 +58,127 @@ class Message(NamedTuple):
     payload: bytes
 
 
-Deliver = Callable[[tuple[Key, Message]], None]
+class QueueLike(Protocol):
+    """What ``ReceiverCore.exchange`` needs of the driver's queue (``DeliveryQueue``)."""
+
+    delivered: int
+
+    @property
+    def full(self) -> bool: ...
+
+    def put(self, pending: deque[tuple[Key, Message]]) -> tuple[dict[Key, int],
+                                                                 list[Message]]: ...
+
+    def released(self) -> tuple[dict[Key, int], int]: ...
+
+    def set_ends(self, ends: dict[Key, int], left: int = 0) -> None: ...
 
 
-def saturation_fill(behind_s: float, window_s: float) -> float:
-    """The fill an I/O thread behind for ``behind_s`` stands for (SATURATION_FILL; 0: none)."""
-    return next((fill for windows, fill in SATURATION_FILL if behind_s / window_s >= windows),
-                0.0)
+class ReceiverCore(Endpoint):
+    """Receiver protocol state. ``config`` must carry its ``receiver_id``
+    (``ReceiverConfig.named``); ``rng`` draws the NAK and repair hold-offs."""
 
-
-class ReceiverCore(InboundChecks):
-    """Receiver protocol state. ``on_data`` / ``on_overheard`` take raw frames;
-    ``poll`` returns the feedback frames to send (sealed if keyed)."""
-
-    def __init__(self, *, mode: str, stream: str, receiver_id: str, capacity_msgs: int,
-                 nak: NakConfig | None = None, ack: AckConfig | None = None,
-                 repair: RepairConfig | None = None, rng: Uniform | None = None,
-                 drop_duplicates: bool = False, max_streams: int,
-                 shared_key: SharedKey | None = None, max_frame_bytes: int,
-                 wall_offset: float = 0.0, test_data_loss: float = 0.0) -> None:
-        self.mode, self.stream, self.receiver_id = mode, stream, receiver_id
-        self.capacity_msgs = capacity_msgs
+    def __init__(self, config: ReceiverConfig, *, now: float, wall_offset: float = 0.0,
+                 rng: Uniform | None = None) -> None:
+        receiver_id = config.receiver_id
+        if receiver_id is None:
+            raise ConfigError("ReceiverCore needs a receiver_id (ReceiverConfig.named)")
+        if config.test_data_loss and rng is None:
+            raise ConfigError("test_data_loss needs an rng")
+        self.config = cfg = config
+        self.mode, self.stream = cfg.mode, cfg.stream
+        self.receiver_id: str = receiver_id
+        self.capacity_msgs = cap = cfg.capacity_msgs
         self.grtt_s, self._grtt_t = 0.0, -math.inf  # the senders' advertised group RTT
-        self.flow = make_receiver_flow(mode, stream=stream, receiver=receiver_id,
-                                       capacity_msgs=capacity_msgs, nak=nak, ack=ack, rng=rng)
-        rcfg = repair or RepairConfig()
-        repairing = mode == "nak" and rcfg.enabled
-        self.tracker = SequenceTracker(drop_duplicates=drop_duplicates, max_streams=max_streams,
-                                       repair=repairing, late_join=rcfg.late_join)
-        self.requester = (RepairRequester(self.tracker, stream, receiver_id, rcfg, rng=rng,
-                                          capacity_msgs=capacity_msgs)
+        self.flow = make_receiver_flow(cfg.mode, stream=cfg.stream, receiver=self.receiver_id,
+                                       capacity_msgs=cap, nak=cfg.nak, ack=cfg.ack, rng=rng)
+        repairing = cfg.mode == "nak" and cfg.repair.enabled
+        self.tracker = SequenceTracker(drop_duplicates=cfg.drop_duplicates,
+                                       max_streams=cfg.max_streams, repair=repairing,
+                                       late_join=cfg.repair.late_join)
+        self.requester = (RepairRequester(self.tracker, cfg.stream, self.receiver_id,
+                                          cfg.repair, rng=rng, capacity_msgs=cap)
                           if repairing else None)
-        self.mac = None if shared_key is None else FrameAuth(shared_key)
-        if not 0 <= test_data_loss < 1 or (test_data_loss and rng is None):
-            raise ConfigError("test_data_loss must lie in [0, 1) and needs an rng")
-        self._test_loss = test_data_loss
+        self.mac = None if cfg.shared_key is None else FrameAuth(cfg.shared_key)
         self._rng = rng
-        self.test_dropped = 0
-        self.max_frame_bytes = max_frame_bytes
-        self.wall_offset = wall_offset
-        ncfg = nak or NakConfig()
-        self.window_s = ncfg.window_s
-        self.loss = LossMonitor(ncfg.loss_fill if mode == "nak" else (), ncfg.window_s,
-                                ncfg.loss_min_msgs, ncfg.loss_min_frames)
-        self.delay = DelayMonitor(ncfg.delay_fill if mode == "nak" else (), ncfg.window_s)
+        self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
+        self.signals = FillSignals(cfg.nak, capacity_msgs=cap, on=cfg.mode == "nak")
+        self.episodes = BackpressureEpisodes(cap)
+        self.timeline = Timeline(("depth", "seen_depth", "received", "delivered", "dropped"),
+                                 interval_s=cfg.timeline_interval_s)
+        self.read_chunk = max(1, min(256, cap // 20))  # frames (and messages) per look
         self.ends: dict[Key, int] = {}
         self.left: dict[Key, None] = {}  # heard senders that left without END (aborted)
-        self.ends_changed = 0
         self._hellos: dict[Key, None] = {}  # senders heard saying HELLO
-        self.node_desc, self._log = f"receiver {receiver_id}", log
-        self._init_checks()
-        self.frames_in = self.messages_in = 0
-        self.dropped = 0
-        self.feedback_sent = self.feedback_bytes = 0
-        self.saturated_polls = 0
+        self.node_desc, self._log = f"receiver {self.receiver_id}", log
+        self._init_endpoint()
+        self._t0 = now
+        self._pending: deque[tuple[Key, Message]] = deque()
+        self._next_hello = now
+        self._depth = 0
+        self._finished_changed = False
+        self.frames_in = self.messages_in = self.dropped = self.delivered = 0
+        self.feedback_sent = self.feedback_bytes = self.test_dropped = 0
         self.first_data_at: float | None = None
-        self._dropped_seen = 0
 
-    # -- frames in -------------------------------------------------------------
-    def on_data(self, buf: bytes, deliver: Deliver, *, now: float) -> list[bytes]:
-        """A frame from the data channel: new messages go to ``deliver`` as
-        ``(key, Message)``; returns frames to send at once (HELLO answers)."""
+    # -- frames in ------------------------------------------------------------------------
+    def receive_data(self, buf: bytes, now: float) -> None:
+        """A frame from the data channel: new messages join ``deliveries()``."""
         self.frames_in += 1
         got = self._open(buf, now, decode_data)
         if got is None:
-            return []
-        if self._test_loss and (type(got) is tuple or isinstance(got, (Data, RData))):
+            return
+        if self.config.test_data_loss and (type(got) is tuple or type(got) in (Data, RData)):
             assert self._rng is not None
-            if self._rng.random() < self._test_loss:
+            if self._rng.random() < self.config.test_data_loss:
                 self.test_dropped += 1
-                return []
+                return
         if type(got) is tuple:  # DATA, the hot path
             _, sender, epoch, seq, ts, payloads, grtt_us = got
-            if grtt_us:
-                self._on_grtt(grtt_us, now)
-            self._data(sender, epoch, seq, ts, payloads, deliver, now)
-            return []
+            self._data(sender, epoch, seq, ts, payloads, grtt_us, now)
+            return
         frame: Frame = got
-        if isinstance(frame, Data):  # DATA that the hot path left to the full decoder
-            if frame.grtt_us:
-                self._on_grtt(frame.grtt_us, now)
-            self._data(frame.sender, frame.epoch, frame.seq, frame.ts,
-                       frame.payloads, deliver, now)
-        elif isinstance(frame, RData):
-            self._rdata(frame, deliver)
-        elif isinstance(frame, Gone):
+        if type(frame) is Data:  # DATA that the hot path left to the full decoder
+            self._data(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads,
+                       frame.grtt_us, now)
+        elif type(frame) is RData:
+            self._deliver(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads,
+                          self.tracker.on_repair(frame.sender, frame.epoch, frame.seq,
+                                                 len(frame.payloads)))
+        elif type(frame) is Gone:
             self.tracker.on_gone(frame.sender, frame.epoch, frame.lo, frame.hi)
-        elif isinstance(frame, Hello) and frame.role == "sender":
-            return [self._on_sender_hello(frame, now)]
-        elif isinstance(frame, End):
+        elif type(frame) is Hello and frame.role == "sender":
+            self._on_sender_hello(frame, now)
+        elif type(frame) is End:
             self._on_end(frame)
-        elif isinstance(frame, Bye) and frame.role == "sender":
-            # after END this changes nothing; without END (an aborted sender) its stream
-            # stays incomplete and its credit window is freed for the others
-            key = (frame.node, frame.epoch)
-            self.flow.on_sender_gone(key)
-            self.delay.forget(frame.node)
-            if key not in self.ends and key not in self.left and (
-                    key in self._hellos or key in self.tracker.streams):
-                remember(self.left, key, self.tracker.max_streams)
-                self.ends_changed += 1
+        elif type(frame) is Bye and frame.role == "sender":
+            self._on_sender_bye(frame)
         else:
             self.foreign += 1  # feedback-type frames do not belong on the data channel
-        return []
+
+    def _data(self, sender: str, epoch: int, seq: int, ts: float, payloads: Any,
+              grtt_us: int, now: float) -> None:
+        if grtt_us:
+            self._on_grtt(grtt_us, now)
+        count = len(payloads)
+        if self.first_data_at is None:
+            self.first_data_at = now
+        self.messages_in += count
+        self.signals.delay.on_delay(sender, now + self.wall_offset - ts)
+        ranges = self.tracker.on_data(sender, epoch, seq, count)
+        self.flow.on_sender((sender, epoch), seq + count, now=now)
+        self._deliver(sender, epoch, seq, ts, payloads, ranges)
+
+    def _deliver(self, sender: str, epoch: int, seq: int, ts: float, payloads: Any,
+                 ranges: list[tuple[int, int]]) -> None:
+        key, out = (sender, epoch), self._pending.append
+        if len(ranges) == 1 and ranges[0] == (0, len(payloads)):  # all new: the usual case
+            for i, p in enumerate(payloads):
+                out((key, Message(sender, epoch, seq + i, ts, p)))
+            return
+        for lo, hi in ranges:
+            for i in range(lo, hi):
+                out((key, Message(sender, epoch, seq + i, ts, payloads[i])))
 
     def _on_grtt(self, grtt_us: int, now: float) -> None:
         """A sender advertised its group RTT: the receiver times its feedback by the
@@ -164,33 +189,7 @@ class ReceiverCore(InboundChecks):
                 self.flow.set_rtt(min(rtt, MAX_GRTT_S))
             self.grtt_s, self._grtt_t = rtt, now
 
-    def _data(self, sender: str, epoch: int, seq: int, ts: float,
-              payloads: Any, deliver: Deliver, now: float) -> None:
-        key = (sender, epoch)
-        count = len(payloads)
-        if self.first_data_at is None:
-            self.first_data_at = now
-        self.messages_in += count
-        self.delay.on_delay(sender, now + self.wall_offset - ts)
-        ranges = self.tracker.on_data(sender, epoch, seq, count)
-        self.flow.on_sender(key, seq + count, now=now)
-        if len(ranges) == 1 and ranges[0] == (0, count):  # all new: the usual case
-            for i, p in enumerate(payloads):
-                deliver((key, Message(sender, epoch, seq + i, ts, p)))
-            return
-        for lo, hi in ranges:
-            for i in range(lo, hi):
-                deliver((key, Message(sender, epoch, seq + i, ts, payloads[i])))
-
-    def _rdata(self, frame: RData, deliver: Deliver) -> None:
-        key = (frame.sender, frame.epoch)
-        for lo, hi in self.tracker.on_repair(frame.sender, frame.epoch, frame.seq,
-                                             len(frame.payloads)):
-            for i in range(lo, hi):
-                deliver((key, Message(frame.sender, frame.epoch, frame.seq + i, frame.ts,
-                                      frame.payloads[i])))
-
-    def _on_sender_hello(self, frame: Hello, now: float) -> bytes:
+    def _on_sender_hello(self, frame: Hello, now: float) -> None:
         if frame.mode != self.mode:
             self._mismatch(f"sender {frame.node} runs mode {frame.mode!r}")
         # a sender repeats HELLO while it waits (for receivers, or for credit)
@@ -201,117 +200,178 @@ class ReceiverCore(InboundChecks):
             remember(self._hellos, key, self.tracker.max_streams)
         # the answer echoes the sender's stamp: the sender measures the round trip on
         # its own clock
-        return self._frame(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0,
-                                 frame.node, frame.ts), now)
+        self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0,
+                         frame.node, frame.ts), now)
 
     def _on_end(self, frame: End) -> None:
         key = (frame.sender, frame.epoch)
         heard = key in self._hellos or key in self.tracker.streams
         self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
         self.flow.on_sender_gone(key)
-        self.delay.forget(frame.sender)
-        if heard:
+        self.signals.delay.forget(frame.sender)
+        if heard and key not in self.ends:
             self.ends[key] = frame.final_seq
             if len(self.ends) > self.tracker.max_streams:  # bounded, like the tracker
                 del self.ends[next(iter(self.ends))]
-            self.ends_changed += 1
+            self._finished_changed = True
+            self._event(StreamEnded(frame.sender, frame.epoch, frame.final_seq))
 
-    def on_overheard(self, buf: bytes, *, now: float) -> None:
+    def _on_sender_bye(self, frame: Bye) -> None:
+        # after END this changes nothing; without END (an aborted sender) its stream stays
+        # incomplete and its credit window is freed for the others
+        key = (frame.node, frame.epoch)
+        self.flow.on_sender_gone(key)
+        self.signals.delay.forget(frame.node)
+        if key not in self.ends and key not in self.left and (
+                key in self._hellos or key in self.tracker.streams):
+            remember(self.left, key, self.tracker.max_streams)
+            self._finished_changed = True
+            self._event(SenderLeft(frame.node, frame.epoch))
+
+    def receive_overheard(self, buf: bytes, now: float) -> None:
         """Another receiver's feedback frame."""
         frame = self._open(buf, now, decode)
         if frame is None:
             return
         if is_other_modes_feedback(frame, self.mode):
             self._mismatch(f"{type(frame).__name__} from receiver {frame.receiver}")
-        if isinstance(frame, Repair):
+        if type(frame) is Repair:
             if self.requester is not None and frame.receiver != self.receiver_id:
                 self.requester.on_overheard(frame, now=now)
             return
         self.flow.on_overheard(frame, now=now)
 
-    # -- what the queue did ----------------------------------------------------
-    def on_enqueued(self, key: Key, n: int) -> None:
-        self.flow.on_enqueued(key, n)
+    # -- the queue and the application --------------------------------------------------
+    def exchange(self, queue: QueueLike, now: float) -> None:
+        """One step with the driver's queue: hand it the new messages, learn what it kept,
+        dropped and released, decide the feedback that calls for, run the timer if due, and
+        tell the queue which senders finished."""
+        if self._pending:
+            self.queued(*queue.put(self._pending))
+        released, depth = queue.released()
+        self.consumed(released, depth, queue.delivered, now)
+        if now >= self._next_hello or self._due(now):
+            self.handle_timer(now)
+        if self._finished_changed:
+            self._finished_changed = False
+            queue.set_ends(self.ends, len(self.left))
 
-    def on_released(self, key: Key, n: int) -> None:
-        """``n`` messages of ``key`` left the queue (consumed, or dropped as oldest)."""
-        self.flow.on_released(key, n)
+    def deliveries(self) -> deque[tuple[Key, Message]]:
+        """New messages, oldest first, as ``(stream key, Message)``: the driver's queue
+        takes them out of this deque (what it leaves is handed out next time)."""
+        return self._pending
 
-    def on_dropped(self, msg: Message) -> None:
-        """The full queue dropped ``msg`` (delivered by this object before)."""
-        self.dropped += 1
-        self.tracker.on_dropped(msg.sender, msg.epoch, msg.seq)
+    def queued(self, enqueued: dict[Key, int], dropped: list[Message]) -> None:
+        """The queue took ``enqueued`` messages per stream and dropped ``dropped``."""
+        flow, tracker = self.flow, self.tracker
+        for key, n in enqueued.items():
+            flow.on_enqueued(key, n)
+        for msg in dropped:
+            self.dropped += 1
+            tracker.on_dropped(msg.sender, msg.epoch, msg.seq)
 
-    def _frame(self, frame: Frame, now: float) -> bytes:
+    def consumed(self, released: dict[Key, int], depth: int, delivered: int,
+                 now: float) -> None:
+        """``released`` messages per stream left the queue (taken, or dropped as the
+        oldest), ``depth`` are in it, the application took ``delivered`` so far: the
+        feedback this calls for is decided now."""
+        for key, n in released.items():
+            self.flow.on_released(key, n)
+        self._depth, self.delivered = depth, delivered
+        self._feedback(now)
+
+    def io_behind(self, behind: bool, now: float) -> None:
+        """The driver read a whole chunk and more was waiting (``behind``), or not."""
+        self.signals.io_behind(behind, now)
+
+    def wants_data(self, queue_full: bool) -> bool:
+        """Read the data channel now? Not while the queue is full under ``block``."""
+        return not (queue_full and self.config.overflow == "block")
+
+    # -- feedback and timers --------------------------------------------------------------
+    def _feedback(self, now: float) -> None:
+        depth = self._depth
+        self.episodes.observe(depth, now=now)
+        seen = self.seen_depth(depth, now=now)
+        for frame in self.flow.poll(seen, now=now):
+            self._send(frame, now)
+        if self.requester is not None:
+            for frame in self.requester.poll(seen / self.capacity_msgs, now=now):
+                self._send(frame, now)
+        if self.timeline.due(now):
+            self.timeline.sample(now, depth, seen, self.messages_in, self.delivered,
+                                 self.dropped)
+
+    def seen_depth(self, depth: int, *, now: float) -> int:
+        """The fill the policy acts on (``FillSignals.seen_depth``)."""
+        return self.signals.seen_depth(depth, self.dropped, self.tracker, now=now)
+
+    def get_timer(self) -> float | None:
+        t = self._next_hello
+        for d in (self.flow.next_deadline(),
+                  None if self.requester is None else self.requester.next_deadline()):
+            if d is not None and d < t:
+                t = d
+        return t
+
+    def _due(self, now: float) -> bool:
+        t = self.get_timer()
+        return t is not None and now >= t
+
+    def handle_timer(self, now: float) -> None:
+        """HELLO when due (presence, every ``hello_interval_s``), and the feedback due."""
+        if now >= self._next_hello:
+            self._next_hello = now + self.config.hello_interval_s
+            self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, "",
+                             now + self.wall_offset), now)
+        self._feedback(now)
+
+    def close(self, now: float) -> None:
+        """BYE: this receiver leaves on purpose."""
+        self._send(Bye(self.stream, self.receiver_id, "receiver", 0, now + self.wall_offset),
+                   now)
+
+    def _send(self, frame: Frame, now: float) -> None:
         buf = encode(frame) if self.mac is None else self.mac.seal(encode(frame),
                                                                     now=now + self.wall_offset)
         self.feedback_sent += 1
         self.feedback_bytes += len(buf)
-        return buf
+        self.outbox.append(buf)
 
-    def hello(self, *, now: float) -> bytes:
-        return self._frame(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, "",
-                                 now + self.wall_offset), now)
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Accounting, feedback and policy figures, JSON-ready (``Receiver.snapshot``)."""
+        return receiver_snapshot(self, now)
 
-    def bye(self, *, now: float) -> bytes:
-        return self._frame(Bye(self.stream, self.receiver_id, "receiver", 0,
-                               now + self.wall_offset), now)
 
-    def seen_depth(self, depth: int, behind_since: float | None, *, now: float) -> int:
-        """The fill the policy acts on: ``depth``, full if the queue dropped since the last
-        look, or more while the I/O thread has been behind since ``behind_since``."""
-        seen = depth
-        if self.dropped > self._dropped_seen:  # overflowed since the last look: it was full
-            self._dropped_seen = self.dropped
-            seen = self.capacity_msgs
-        tr = self.tracker  # the path queues or drops what it cannot carry, or the I/O
-        fill = max(self.delay.observe(now=now), self.loss.observe(  # thread is behind:
-            tr.gap_msgs, tr.arrived, now=now, gap_events=tr.gap_events, frames=tr.frames))
-        if behind_since is not None and (sat := saturation_fill(now - behind_since,
-                                                                  self.window_s)):
-            self.saturated_polls += 1
-            fill = max(fill, sat)
-        return max(seen, math.ceil(fill * self.capacity_msgs)) if fill else seen  # as if full
-
-    def poll(self, seen_depth: int, *, now: float) -> list[bytes]:
-        """Feedback due at ``now`` with the queue seen ``seen_depth`` full."""
-        frames: list[Frame] = list(self.flow.poll(seen_depth, now=now))
-        if self.requester is not None:
-            frames += self.requester.poll(seen_depth / self.capacity_msgs, now=now)
-        return [self._frame(f, now) for f in frames]
-
-    def next_deadline(self) -> float | None:
-        a = self.flow.next_deadline()
-        b = self.requester.next_deadline() if self.requester is not None else None
-        return b if a is None else a if b is None else min(a, b)
-
-    def snapshot(self) -> dict[str, Any]:
-        """Accounting, feedback and policy figures, JSON-ready (see ``Receiver.snapshot``)."""
-        flow = self.flow.snapshot()
-        totals = self.tracker.totals()
-        return {
-            "frames": self.frames_in, "dropped": self.dropped,
-            **{k: totals[k] for k in ("received", "lost", "repaired", "beyond_history",
-                                      "missed_before_join", "duplicates")},
-            "dropped_unrepaired": totals["dropped"], "repair_redundant": totals["redundant"],
-            "streams_evicted": self.tracker.evicted,
-            "malformed": self.malformed,
-            "foreign": self.foreign,
-            "mode_mismatch": self.mode_mismatch, "key_mismatch": self.key_mismatch,
-            "policy": flow, "naks_sent": flow.get("naks_sent", {}),
-            "naks_suppressed": flow.get("naks_suppressed", 0),
-            "credits_sent": flow.get("credits_sent", 0),
-            "repair": None if self.requester is None else self.requester.snapshot(),
-            "test_dropped": self.test_dropped,
-            "auth": None if self.mac is None else self.mac.snapshot(),
-            "feedback_frames": self.feedback_sent, "feedback_bytes": self.feedback_bytes,
-            "senders": self.tracker.per_sender(),
-            "io_saturated_polls": self.saturated_polls,
-            "loss_windows": self.loss.windows,
-            "delay_windows": self.delay.windows,
-            "delay_silent_windows": self.delay.silent_windows,
-            "queueing_ms": round(self.delay.queueing_s * 1000, 3),
-        }
+def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
+    flow, sig = core.flow.snapshot(), core.signals
+    totals = core.tracker.totals()
+    return {
+        "receiver_id": core.receiver_id, "stream": core.stream, "mode": core.mode,
+        "capacity_msgs": core.capacity_msgs, "overflow": core.config.overflow,
+        "elapsed_s": round(now - core._t0, 6),
+        "frames": core.frames_in, "dropped": core.dropped,
+        **{k: totals[k] for k in ("received", "lost", "repaired", "beyond_history",
+                                  "missed_before_join", "duplicates")},
+        "dropped_unrepaired": totals["dropped"], "repair_redundant": totals["redundant"],
+        "streams_evicted": core.tracker.evicted,
+        "malformed": core.malformed, "foreign": core.foreign,
+        "mode_mismatch": core.mode_mismatch, "key_mismatch": core.key_mismatch,
+        "policy": flow, "naks_sent": flow.get("naks_sent", {}),
+        "naks_suppressed": flow.get("naks_suppressed", 0),
+        "credits_sent": flow.get("credits_sent", 0),
+        "repair": None if core.requester is None else core.requester.snapshot(),
+        "test_dropped": core.test_dropped,
+        "auth": None if core.mac is None else core.mac.snapshot(),
+        "feedback_frames": core.feedback_sent, "feedback_bytes": core.feedback_bytes,
+        "senders": core.tracker.per_sender(),
+        "io_saturated_polls": sig.saturated_polls,
+        "loss_windows": sig.loss.windows, "delay_windows": sig.delay.windows,
+        "delay_silent_windows": sig.delay.silent_windows,
+        "queueing_ms": round(sig.delay.queueing_s * 1000, 3),
+        **core.episodes.snapshot(now=now),
+        "timeline": core.timeline.as_dict(t0=core._t0),
+    }
 
 
 from ._speedups import use_compiled  # noqa: E402

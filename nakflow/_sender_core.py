@@ -1,268 +1,359 @@
-"""One sender's whole protocol, sans-I/O (as h11's ``Connection``): frames and ``now`` in,
-frames out.
+"""One sender's whole protocol, sans-I/O (h11's ``Connection``, aioquic's driver contract).
 
-Admission (the mode's policy), framing and sequence numbers, the history and
-repairs, presence (HELLO/END/BYE), feedback handling and sealing all live here.
-The live ``Sender`` only moves the bytes this object produces and consumes over
-ZeroMQ and waits as told; the simulator can drive the same object.
+Admission (the mode's policy, taken ahead in allowances: ``Admission``), natural
+batching (``FrameBatcher``), framing and sequence numbers (``Framer``), history and
+repair (``RepairServer``), presence (``ReceiverRoster``), feedback, timers and the
+lifecycle (``Lifecycle``) all hang off this one object. A driver (the threaded
+``Sender``, ``AsyncSender``, the simulator's ``SimLink``) only moves bytes, waits and
+locks::
+
+    wait = core.offer(payload, now)         # 0.0: admitted; else ask again after wait s
+    core.receive_feedback(buf, now)         # every frame from the feedback channel
+    core.handle_timer(now)                  # when now >= core.get_timer()
+    for buf in core.frames_to_send(): pub.send(buf)
+    event = core.next_event()               # events.ReceiverJoined, Closed, ...
+
+``timer_changed`` turns True when a call set an earlier timer (a frame began to linger,
+repairs were asked for): a driver that sleeps on the timer clears it and re-reads it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from ._auth import FrameAuth, SharedKey
-from ._codec import (
-    T_DATA,
-    T_RDATA,
-    VERSION,
-    Bye,
-    End,
-    Gone,
-    Hello,
-    Repair,
-    decode,
-    encode,
-    pack_frame,
-)
-from ._config import AckConfig, NakConfig, RepairConfig
-from ._frame_checks import InboundChecks
-from ._history import SendHistory, Slice
+from ._admission import ALLOWANCE_MSGS, ALLOWANCE_S, Admission
+from ._auth import FrameAuth
+from ._batch import FrameBatcher
+from ._codec import Bye, Hello, Repair, decode
+from ._config import SenderConfig
+from ._endpoint import Endpoint
+from ._errors import ConfigError
+from ._framer import Framer
+from ._lifecycle import CLOSED, CLOSING, OPEN, Lifecycle
+from ._repair_server import REPAIR_POLL_S, RepairServer
+from ._roster import ReceiverRoster
 from ._timeline import Timeline
-from .policies import AckFlow, NakFlow, is_other_modes_feedback, make_sender_flow
+from .events import BeyondHistory, Closed, ReceiverJoined, ReceiverLeft
+from .policies import is_other_modes_feedback, make_sender_flow
+
+__all__ = ["ALLOWANCE_MSGS", "SenderCore", "sender_snapshot"]
 
 log = logging.getLogger("nakflow.sender")
-
-#: Receivers remembered by id for presence (HELLO); past it the least recently heard is
-#: forgotten, so made-up ids cannot grow memory.
-MAX_PEERS = 4096
-REPAIR_CHUNK_MSGS = 256  # repairs admitted per call, at most
-MAX_RTT_S = 10.0  # a longer "round trip" is a wrong or forged echo
-RTT_PEERS = 64  # the group RTT is the largest sample of this many receivers, at most
+MAX_BATCH_MSGS = 1024  # payloads per DATA frame in offer_batch
+MAX_BATCH_BYTES = 256 * 1024
 
 
-def remember(peers: dict[Any, None], key: Any, cap: int = MAX_PEERS) -> None:
-    """Insert ``key`` as the most recent; past ``cap`` forget the least recent."""
-    peers.pop(key, None)
-    peers[key] = None
-    if len(peers) > cap:
-        del peers[next(iter(peers))]
+class SenderCore(Endpoint):
+    """Sender protocol state. ``config`` must carry its ``sender_id`` and ``epoch``
+    (``SenderConfig.named``). Every frame it hands out is ready to go (sealed if keyed)."""
 
-
-class SenderCore(InboundChecks):
-    """Sender protocol state. Every frame it returns is ready to go (sealed if keyed)."""
-
-    def __init__(self, *, mode: str, stream: str, sender_id: str, epoch: int,
-                 nak: NakConfig | None = None, ack: AckConfig | None = None,
-                 repair: RepairConfig | None = None, max_rate_msgs: float | None = None,
-                 shared_key: SharedKey | None = None, max_frame_bytes: int,
-                 wall_offset: float = 0.0, timeline_interval_s: float = 0.05) -> None:
-        self.mode, self.stream, self.sender_id, self.epoch = mode, stream, sender_id, epoch
-        self.flow = make_sender_flow(mode, stream=stream, sender=sender_id, epoch=epoch,
-                                     nak=nak, ack=ack, max_rate_msgs=max_rate_msgs)
-        rcfg = repair or RepairConfig()
-        self.history = SendHistory(rcfg) if mode == "nak" and rcfg.enabled else None
-        self._repairs: deque[Slice] = deque()
-        self._repair_msgs = 0
-        self._gone: list[bytes] = []
-        self.last_repair_request = -1e300
-        self.mac = None if shared_key is None else FrameAuth(shared_key)
-        self.max_frame_bytes = max_frame_bytes
-        self.wall_offset = wall_offset
-        self.seq = 0
-        self.frames = 0
-        self.bytes = 0
-        self.repair_frames = 0
-        self.receivers_heard: dict[str, None] = {}  # present now (left: BYE)
-        self.receivers_seen = 0  # distinct receivers ever heard (up to MAX_PEERS)
-        self._seen: dict[str, None] = {}
-        self.echoed: dict[str, None] = {}
-        self.said_hello = False
-        self._rtt_of: dict[str, float] = {}  # receiver -> latest RTT sample, oldest first
-        self.rtt_s: float | None = None
-        self.grtt_us = 0  # rtt_s in µs, as DATA frames advertise it (0: not measured)
+    def __init__(self, config: SenderConfig, *, now: float, wall_offset: float = 0.0,
+                 start_rate_msgs: float | None = None) -> None:
+        sender_id, epoch = config.sender_id, config.epoch
+        if sender_id is None or epoch is None:
+            raise ConfigError("SenderCore needs a sender_id and epoch (SenderConfig.named)")
+        self.config = cfg = config
+        self.mode, self.stream, self.sender_id, self.epoch = cfg.mode, cfg.stream, sender_id, epoch
+        nak = cfg.nak
+        if start_rate_msgs is not None:  # a rate remembered for this path
+            nak = replace(nak, initial_rate_msgs=min(max(start_rate_msgs, nak.min_rate_msgs),
+                                                     nak.max_rate_msgs))
+        self.start_rate_msgs = start_rate_msgs
+        self.policy = make_sender_flow(cfg.mode, stream=cfg.stream, sender=sender_id,
+                                       epoch=epoch, nak=nak, ack=cfg.ack,
+                                       max_rate_msgs=cfg.max_rate_msgs)
+        self.admission = Admission(self.policy)
+        self.repairs = (RepairServer(cfg.repair) if cfg.mode == "nak" and cfg.repair.enabled
+                        else None)
+        self.mac = None if cfg.shared_key is None else FrameAuth(cfg.shared_key)
+        self.framer = Framer(stream=cfg.stream, sender_id=sender_id, epoch=epoch, mode=cfg.mode,
+                             mac=self.mac, wall_offset=wall_offset,
+                             max_frame_bytes=cfg.max_frame_bytes,
+                             history=None if self.repairs is None else self.repairs.history)
+        self.batch = FrameBatcher(linger_s=cfg.linger_s, max_msgs=cfg.frame_msgs,
+                                  max_bytes=cfg.frame_bytes, max_frame_bytes=cfg.max_frame_bytes,
+                                  names_bytes=len(cfg.stream.encode()) + len(sender_id.encode()))
+        self.roster = ReceiverRoster()
+        self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
         self.node_desc, self._log = f"sender {sender_id}", log
-        self._init_checks()
+        self._init_endpoint()
+        self.life = Lifecycle()
+        self._t0 = now
+        self._wanted = 0  # receivers the driver waits for (HELLO meanwhile)
+        self._next_hello = now
+        self._linger_from = self._linger_next = 0.0  # after close: since when, next look
+        self.timer_changed = False
         self.feedback_frames = self.feedback_bytes = 0
-        self.repair_requests = 0
         self.timeline = Timeline(("sent", "rate_limit", "credit", "blocked_s"),
-                                 interval_s=timeline_interval_s)
+                                 interval_s=cfg.timeline_interval_s)
 
-    # -- frames out ------------------------------------------------------------
-    def _seal(self, buf: bytes, now: float) -> bytes:
-        return buf if self.mac is None else self.mac.seal(buf, now=now + self.wall_offset)
+    # -- the application's side --------------------------------------------------------
+    def offer(self, payload: bytes, now: float) -> float:
+        """Admit one message: 0.0 if it is admitted (it leaves with the frame being built),
+        else the seconds to wait before offering it again (inf: until feedback or the
+        timer). Raises ValueError for a payload no frame can hold, LocalProtocolError
+        after END."""
+        adm = self.admission
+        if adm.allow and now < adm.until:
+            r = self.batch.offer(payload, now)
+            if r:
+                self._settle(r, payload, now)
+            adm.allow -= 1
+            return 0.0
+        return self._offer_slow(payload, now, wait=True)
 
-    def data(self, payloads: Sequence[bytes], *, now: float) -> bytes:
-        """The DATA frame for ``payloads`` (admitted before), numbered from ``self.seq``.
+    def try_offer(self, payload: bytes, now: float) -> bool:
+        """Admit one message if the policy allows it now; never asks to wait."""
+        adm = self.admission
+        if adm.allow and now < adm.until:
+            return self.offer(payload, now) == 0.0
+        return self._offer_slow(payload, now, wait=False) == 0.0
 
-        Raises ValueError if it exceeds ``max_frame_bytes`` (nothing is counted then).
-        """
-        seq, ts = self.seq, now + self.wall_offset
-        buf = pack_frame([VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq, ts,
-                          payloads, self.grtt_us])
-        size = len(buf)
-        if size > self.max_frame_bytes:
-            raise ValueError(f"message of {size} bytes exceeds max_frame_bytes")
-        if self.history is not None:
-            self.history.add(seq, ts, payloads, size, now=now)
-        self.seq = seq + len(payloads)
-        self.frames += 1
-        self.bytes += size
-        return buf if self.mac is None else self.mac.seal(buf, now=ts)
+    def _offer_slow(self, payload: bytes, now: float, *, wait: bool) -> float:
+        self._may_send()
+        self.batch.check(payload)
+        adm = self.admission
+        adm.give_back()
+        self._serve_repairs(now)  # repairs asked for go ahead of new data
+        if not adm.take(now):
+            if not wait:
+                adm.refused += 1
+                return math.inf
+            self.flush(now)  # what waits goes out before the sender waits
+            granted, delay = self.policy.admit(1, now=now)
+            if not granted:
+                if adm.block(now, delay):  # waiting for credit: new receivers must learn
+                    self._next_hello = min(self._next_hello, now)  # of us (HELLO)
+                    self.timer_changed = True
+                return delay
+            adm.allow, adm.until = 1, now + ALLOWANCE_S
+        adm.unblock(now)
+        return self.offer(payload, now)
 
-    def repairs_due(self, *, now: float) -> list[bytes]:
-        """GONE for what was asked and is no longer held, and RDATA for as many pending
-        repairs as the policy admits at ``now`` (repairs obey the same rate limit)."""
-        out, self._gone = self._gone, []
-        if not self._repairs:
-            return out
-        k = self.flow.admit_up_to(min(self._repair_msgs, REPAIR_CHUNK_MSGS), now=now)
-        while k and self._repairs:
-            sl = self._repairs.popleft()
-            n = len(sl.payloads)
-            if n > k:  # send part now, the rest when admitted
-                self._repairs.appendleft(Slice(sl.seq + k, sl.ts, sl.payloads[k:]))
-                sl, n = Slice(sl.seq, sl.ts, sl.payloads[:k]), k
-            k -= n
-            self._repair_msgs -= n
-            if self.history is not None:
-                self.history.mark_sent(sl.seq, now=now)
-            buf = pack_frame([VERSION, T_RDATA, self.stream, self.sender_id, self.epoch,
-                              sl.seq, sl.ts, list(sl.payloads)])
-            self.repair_frames += 1
-            self.bytes += len(buf)
-            out.append(self._seal(buf, now))
-        return out
+    def offer_batch(self, payloads: Sequence[bytes], start: int, now: float) -> tuple[int, float]:
+        """Admit ``payloads[start:]`` as frames of up to MAX_BATCH_MSGS, paced as a whole:
+        (how many were admitted and framed now, the wait before offering the rest)."""
+        self._may_send()
+        self.admission.give_back()
+        self.flush(now)
+        self._serve_repairs(now)
+        i, n, size = start, len(payloads), 0
+        while i < n and i - start < MAX_BATCH_MSGS and (size < MAX_BATCH_BYTES or i == start):
+            size += len(payloads[i])
+            i += 1
+        granted, wait = self.policy.admit(i - start, now=now)
+        if not granted:
+            if self.admission.block(now, wait):
+                self._next_hello = min(self._next_hello, now)
+                self.timer_changed = True
+            return 0, wait
+        self.admission.unblock(now)
+        self._data_frame(payloads[start:start + granted], now, now)
+        return granted, 0.0
+
+    def flush(self, now: float) -> None:
+        """The frame being built leaves now."""
+        if self.batch.payloads:
+            payloads, first = self.batch.take(now)
+            self._data_frame(payloads, first, now)
+
+    def end(self, now: float) -> None:
+        """END: every seq below ``seq`` was sent. Again after END: END again."""
+        self.life.step("end")
+        self.admission.give_back()
+        self.flush(now)
+        if self.framer.seq == 0 and not self.framer.said_hello:  # receivers count ENDs of
+            self._hello(now)  # streams they heard
+        self.outbox.append(self.framer.end(now))
+
+    def close(self, now: float) -> None:
+        """END (if not yet), then keep answering repair requests as long as receivers ask
+        (``closed`` says when it is over: BYE sent, ``events.Closed``)."""
+        if self.life.state == OPEN:
+            self.end(now)
+        if self.life.state == CLOSED:
+            return
+        if self.life.state != CLOSING:
+            self._linger_from = self._linger_next = now
+        self.life.step("close")
+        self.handle_timer(now)
+
+    def abort(self, now: float) -> None:
+        """Leave without END (receivers see the stream incomplete): what was admitted goes
+        out, then BYE."""
+        if self.life.state == CLOSED:
+            return
+        self.admission.give_back()
+        self.flush(now)
+        self.life.step("abort")
+        self._bye(now)
+
+    def want_receivers(self, n: int, now: float) -> None:
+        """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done)."""
+        self._wanted = n
+        if n:
+            self._next_hello = now
+            self.timer_changed = True
+
+    def receivers_ready(self) -> int:
+        """Receivers that answered our HELLO and may be sent to (ack: have granted)."""
+        return self.policy.ready(self.roster.answered)
+
+    def wait_over(self, now: float) -> None:
+        """The driver stopped waiting for admission (gave up): count the time waited."""
+        self.admission.unblock(now)
 
     @property
-    def repairs_pending(self) -> int:
-        """Messages asked for and not yet re-sent."""
-        return self._repair_msgs
+    def closed(self) -> bool:
+        return self.life.state == CLOSED
 
-    def hello(self, *, now: float) -> bytes:
-        self.said_hello = True
-        return self._seal(encode(Hello(self.stream, self.sender_id, "sender", self.mode,
-                                       self.epoch, self.seq, "", now + self.wall_offset)), now)
+    @property
+    def sent(self) -> int:
+        """Messages sent, or admitted and waiting in the frame being built."""
+        return self.framer.seq + len(self.batch)
 
-    def end(self, *, now: float) -> bytes:
-        """END: every seq below ``self.seq`` was sent."""
-        return self._seal(encode(End(self.stream, self.sender_id, self.epoch, self.seq,
-                                     now + self.wall_offset)), now)
-
-    def bye(self, *, now: float) -> bytes:
-        return self._seal(encode(Bye(self.stream, self.sender_id, "sender", self.epoch,
-                                     now + self.wall_offset)), now)
-
-    def linger_wait(self, start: float, *, now: float) -> float | None:
-        """After END (sent at ``start``): how long from ``now`` to go on answering repair
-        requests, or None when done: receivers ask for a lost tail only once END shows
-        it, so wait until none came for ``linger_quiet_s`` (three ``retry_s`` if one came
-        within the last second), at most ``linger_max_s``."""
-        if self.history is None or self.seq == 0:
-            return None
-        cfg = self.history.config
-        end = start + cfg.linger_max_s
-        quiet = (cfg.linger_quiet_s if now - self.last_repair_request > 1.0
-                 else max(cfg.linger_quiet_s, 3 * cfg.retry_s))
-        quiet_until = max(start, self.last_repair_request) + quiet
-        if now >= end or (now >= quiet_until and not self.repairs_pending):
-            return None
-        return max(0.0, min(quiet_until, end) - now)
-
-    # -- frames in -------------------------------------------------------------
-    def on_feedback(self, buf: bytes, *, now: float) -> None:
+    # -- the network's side -------------------------------------------------------------
+    def receive_feedback(self, buf: bytes, now: float) -> None:
         """A frame from the feedback channel; bad ones are counted and dropped."""
         self.feedback_bytes += len(buf)
         frame = self._open(buf, now, decode)
         if frame is None:
             return
         self.feedback_frames += 1
-        if isinstance(frame, Hello):
+        if type(frame) is Hello:
             if frame.role == "receiver":
-                remember(self.receivers_heard, frame.node)
-                if frame.node not in self._seen:
-                    remember(self._seen, frame.node)
-                    self.receivers_seen += 1
-                if frame.echo == self.sender_id:
-                    remember(self.echoed, frame.node)
-                    self._on_rtt_sample(frame.node, now + self.wall_offset - frame.ts)
-                if frame.mode != self.mode:
-                    self._mismatch(f"receiver {frame.node} runs mode {frame.mode!r}")
-        elif isinstance(frame, Bye):
-            if frame.role == "receiver":
-                self.receivers_heard.pop(frame.node, None)
-                if isinstance(self.flow, AckFlow):
-                    self.flow.on_receiver_bye(frame.node)
-        elif isinstance(frame, Repair):
+                self._on_receiver_hello(frame, now)
+        elif type(frame) is Bye:
+            if frame.role == "receiver" and self.roster.on_bye(frame.node):
+                self.policy.on_receiver_bye(frame.node)
+                self._event(ReceiverLeft(frame.node, "bye"))
+        elif type(frame) is Repair:
             if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):
                 self._on_repair(frame, now)
             return
         elif is_other_modes_feedback(frame, self.mode):
             self._mismatch(f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
-        self.flow.on_feedback(frame, now=now)
+        self.policy.on_feedback(frame, now=now)
 
-    def _on_rtt_sample(self, node: str, rtt_s: float) -> None:
-        """A receiver answered our HELLO after ``rtt_s``: the group RTT is the largest of
-        the latest samples of the RTT_PEERS receivers heard last (implausible ones, e.g.
-        a forged echo, are left out)."""
-        if not 0.0 <= rtt_s <= MAX_RTT_S:
-            return
-        rtts = self._rtt_of
-        rtts.pop(node, None)
-        rtts[node] = rtt_s
-        if len(rtts) > RTT_PEERS:
-            del rtts[next(iter(rtts))]
-        self.rtt_s = max(rtts.values())
-        self.grtt_us = round(self.rtt_s * 1e6)
-        if isinstance(self.flow, NakFlow):
-            self.flow.controller.set_rtt(self.rtt_s)
+    def _on_receiver_hello(self, frame: Hello, now: float) -> None:
+        me = frame.echo == self.sender_id
+        if self.roster.on_hello(frame.node, echoes_us=me,
+                                rtt_s=now + self.wall_offset - frame.ts):
+            self._event(ReceiverJoined(frame.node))
+        if me and self.roster.rtt_s is not None:
+            self.framer.grtt_us = round(self.roster.rtt_s * 1e6)
+            self.policy.set_rtt(self.roster.rtt_s)
+        if frame.mode != self.mode:
+            self._mismatch(f"receiver {frame.node} runs mode {frame.mode!r}")
 
     def _on_repair(self, frame: Repair, now: float) -> None:
-        self.repair_requests += 1
-        self.last_repair_request = now
-        if self.history is None:
+        if self.repairs is None:
             return
-        slices, gone = self.history.lookup(frame.ranges, now=now)
-        pending_cap = self.history.config.history_msgs
-        for sl in slices:
-            if self._repair_msgs + len(sl.payloads) > pending_cap:
-                break  # asked for more than the history holds: the rest is asked again
-            self._repairs.append(sl)
-            self._repair_msgs += len(sl.payloads)
-        self._gone += [self._seal(encode(Gone(self.stream, self.sender_id, self.epoch, lo, hi,
-                                              now + self.wall_offset)), now)
-                       for lo, hi in gone]
+        for lo, hi in self.repairs.on_request(frame, now=now):
+            self.outbox.append(self.framer.gone(lo, hi, now))
+            self._event(BeyondHistory(lo, hi))
+        self.timer_changed = True
 
-    # -- metrics ---------------------------------------------------------------
-    def sample(self, now: float, blocked_s: float) -> None:
+    def get_timer(self) -> float | None:
+        """When ``handle_timer`` should next run (None: nothing pending). The policy's own
+        deadline (the rate's next step, an eviction) counts only while admission waits."""
+        t = math.inf if self.repairs is None else self.repairs.due_at
+        waiting = self.admission.blocked_since is not None
+        for d in (self.batch.deadline(), self.policy.next_deadline() if waiting else None):
+            if d is not None and d < t:
+                t = d
+        if self._wanted or self.admission.on_credit:
+            t = min(t, self._next_hello)
+        if self.life.state == CLOSING:
+            t = min(t, self._linger_next)
+        return None if math.isinf(t) else t
+
+    def handle_timer(self, now: float) -> None:
+        """Do what is due at ``now``: a frame whose linger is over leaves, repairs the
+        policy admits, HELLO while waiting, evictions, the end of the linger after END."""
+        due = self.batch.deadline()
+        if due is not None and due <= now:
+            self.flush(now)
+        self._serve_repairs(now)
+        for receiver in self.policy.on_timer(now=now):
+            self._event(ReceiverLeft(receiver, "evicted"))
+        if (self._wanted or self.admission.on_credit) and now >= self._next_hello:
+            self._hello(now)
+        if self.life.state == CLOSING and now >= self._linger_next:
+            self._linger(now)
+
+    def _serve_repairs(self, now: float) -> None:
+        rs = self.repairs
+        if rs is not None and now >= rs.due_at:
+            self.outbox += rs.serve(self.policy, self.framer, now)
+
+    def _linger(self, now: float) -> None:
+        """After END: answer repairs until receivers stop asking, then BYE."""
+        rs = self.repairs
+        wait = None if rs is None else rs.linger_wait(self._linger_from, now=now,
+                                                      sent_any=self.framer.seq > 0)
+        if wait is None:
+            self.life.step("done")
+            self._bye(now)
+        else:
+            self._linger_next = now + (min(wait, REPAIR_POLL_S) if rs and rs.pending else wait)
+
+    # -- frames out, bookkeeping --------------------------------------------------------
+    def _may_send(self) -> None:
+        if self.life.state != OPEN:
+            self.life.step("data")  # raises: the table has no such step
+
+    def _data_frame(self, payloads: Sequence[bytes], first: float, now: float) -> None:
+        self.outbox.append(self.framer.data(payloads, first, now))
         if self.timeline.due(now):
-            rate, credit = self.flow.limits(now=now)
-            self.timeline.sample(now, self.seq, rate, credit, blocked_s)
+            rate, credit = self.policy.limits(now=now)
+            self.timeline.sample(now, self.framer.seq, rate, credit, self.admission.blocked_s)
 
-    def snapshot(self) -> dict[str, Any]:
-        flow = self.flow.snapshot()
-        return {
-            "rate_limit": flow.get("rate_limit"),
-            "naks_received": flow.get("naks_received", {}),
-            "cuts": flow.get("cuts", 0),
-            "receivers": flow.get("receivers") if self.mode == "ack"
-            else len(self.receivers_heard),
-            "receivers_seen": self.receivers_seen,
-            "rtt_ms": None if self.rtt_s is None else round(self.rtt_s * 1000, 3),
-            "feedback_frames": self.feedback_frames,
-            "feedback_bytes": self.feedback_bytes,
-            "feedback_malformed": self.malformed,
-            "feedback_foreign": self.foreign,
-            "mode_mismatch": self.mode_mismatch, "key_mismatch": self.key_mismatch,
-            "repair": None if self.history is None else {
-                "requests": self.repair_requests, "frames": self.repair_frames,
-                "pending": self._repair_msgs, **self.history.snapshot()},
-            "auth": None if self.mac is None else self.mac.snapshot(),
-            "policy": flow,
-        }
+    def _settle(self, r: int, payload: bytes, now: float) -> None:
+        if self.batch.settle(r, payload, now, self.flush):
+            self.timer_changed = True  # a frame began to linger
+
+    def _hello(self, now: float) -> None:
+        self._next_hello = now + self.config.hello_interval_s
+        self.outbox.append(self.framer.hello(now))
+
+    def _bye(self, now: float) -> None:
+        self.outbox.append(self.framer.bye(now))
+        self._event(Closed())
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Metrics, JSON-ready."""
+        return sender_snapshot(self, now)
+
+
+def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
+    flow = core.policy.snapshot()
+    elapsed = now - core._t0
+    sent, fr, adm, rs = core.sent, core.framer, core.admission, core.repairs
+    return {
+        "sender_id": core.sender_id, "epoch": core.epoch, "stream": core.stream,
+        "mode": core.mode, "state": core.life.state, "sent": sent, "frames": fr.frames,
+        "bytes": fr.bytes, "elapsed_s": round(elapsed, 6),
+        "rate_msgs": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
+        "blocked_s": round(adm.blocked_s, 6), "credit_stalled_s": round(adm.credit_stalled_s, 6),
+        "try_refused": adm.refused, "start_rate_msgs": core.start_rate_msgs,
+        "rate_limit": flow.get("rate_limit"), "naks_received": flow.get("naks_received", {}),
+        "cuts": flow.get("cuts", 0),
+        "receivers": flow.get("receivers") if core.mode == "ack" else len(core.roster.present),
+        "receivers_seen": core.roster.seen,
+        "rtt_ms": None if core.roster.rtt_s is None else round(core.roster.rtt_s * 1000, 3),
+        "feedback_frames": core.feedback_frames, "feedback_bytes": core.feedback_bytes,
+        "feedback_malformed": core.malformed, "feedback_foreign": core.foreign,
+        "mode_mismatch": core.mode_mismatch, "key_mismatch": core.key_mismatch,
+        "repair": None if rs is None else rs.snapshot(),
+        "auth": None if core.mac is None else core.mac.snapshot(),
+        "policy": flow,
+        "timeline": core.timeline.as_dict(t0=core._t0),
+    }
 
 
 from ._speedups import use_compiled  # noqa: E402

@@ -43,6 +43,10 @@ Ranges = list[tuple[int, int]]
 MAX_INTERVALS = 1024  # per sender id; beyond it the oldest are merged (bounded memory)
 MAX_INTERVALS_TOTAL = 65_536  # over all sender ids; beyond it the stalest set is forgotten
 MAX_STREAMS = 10_000
+#: Late join asks for a stream's past only once this many of its DATA frames arrived (or
+#: its END after at least one): a flood of made-up senders sends one frame each and costs
+#: no repair requests.
+LATE_JOIN_FRAMES = 3
 
 
 @dataclass
@@ -62,6 +66,7 @@ class StreamState:
     gaps: GapList | None = None
     #: seqs sent before this receiver first heard the stream, not (yet) repaired
     missed_before_join: int = 0
+    frames: int = 0  # DATA frames heard
 
     def __post_init__(self) -> None:
         self.missed_before_join = self.first_seq
@@ -155,6 +160,9 @@ class SequenceTracker:
         st.received += count
         self.arrived += count
         self.frames += 1
+        st.frames += 1
+        if st.frames == LATE_JOIN_FRAMES:
+            self._join(key, st)
         if seq > st.next_seq:
             st.lost += seq - st.next_seq
             self.gap_msgs += seq - st.next_seq
@@ -188,13 +196,15 @@ class SequenceTracker:
         return fresh
 
     def _new_stream(self, key: tuple[str, int], first_seq: int) -> StreamState:
-        """A stream first heard at ``first_seq``; with late join, what came before it is a
-        gap to ask the sender's history for."""
         self._make_room()
         st = self.streams[key] = StreamState(first_seq=first_seq, next_seq=first_seq)
-        if self.late_join and first_seq > 0:
-            self._gaps(key, st).add(0, first_seq, JOINED, -1.0)
         return st
+
+    def _join(self, key: tuple[str, int], st: StreamState) -> None:
+        """With late join, what came before the stream was first heard becomes a gap to
+        ask the sender's history for."""
+        if self.late_join and st.first_seq > 0 and st.missed_before_join == st.first_seq:
+            self._gaps(key, st).add(0, st.first_seq, JOINED, -1.0)
 
     def _gaps(self, key: tuple[str, int], st: StreamState) -> GapList:
         if st.gaps is None:
@@ -287,6 +297,8 @@ class SequenceTracker:
         if st is None:  # nothing of it ever arrived: all of it was before we joined
             st = self._new_stream(key, final_seq)
         if st.final_seq is None:
+            if 0 < st.frames < LATE_JOIN_FRAMES:  # a short tail heard: ask for the rest
+                self._join(key, st)
             if final_seq > st.next_seq:
                 st.lost += final_seq - st.next_seq
                 if self.repair:

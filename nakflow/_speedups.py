@@ -33,7 +33,7 @@ from typing import Any
 #: Modules compiled by scripts/build_speedups.py.
 HOT = ("_codec", "_gaps", "_seqtrack", "_batch", "_bucket", "_rate", "_credit", "policies",
        "_fill", "_history", "_repair", "_delivery_queue", "_receiver_core", "_sender_core",
-       "sender")
+       "_admission", "_framer", "sender")
 TWIN_SUFFIX = "_c"
 ENV = "NAKFLOW_PURE_PYTHON"
 

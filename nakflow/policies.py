@@ -1,24 +1,44 @@
 """Flow-control policies, chosen by one string: ``nak``, ``ack`` or ``none``.
 
-A sender-side policy answers "how many of these n messages may go now, and if
-not all, how long until asking again"; a receiver-side policy turns what the
-receiver sees into the feedback frames it should send. The live Sender and
-Receiver, the simulator and the Spark adapter are thin drivers of these.
+A sender-side policy (``SenderFlow``) answers "how many of these n messages may go now,
+and if not all, how long until asking again"; a receiver-side policy (``ReceiverFlow``)
+turns what the receiver sees into the feedback frames it should send. Each mode
+registers its pair under its name (``SENDER_POLICIES``, ``RECEIVER_POLICIES``,
+``register``), as aioquic registers congestion controllers; the protocol cores build
+them with ``make_sender_flow`` / ``make_receiver_flow`` and talk to them only through
+the base classes. A documented module: simulators drive the policies directly.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any, ClassVar, TypeGuard
 
 from ._bucket import TokenBucket
 from ._codec import Credit, Frame, Hello, Nak
 from ._config import AckConfig, NakConfig, check_mode
-from ._credit import CreditGranter, CreditLedger, SenderKey
-from ._fill import FillMonitor, Uniform
-from ._rate import NakRateController
+from ._credit import WAITING_FRESH_S, CreditGranter, CreditLedger, SenderKey
+from ._fill import (
+    BACKOFF_LAMBDA,
+    MAX_BACKOFF_WINDOWS,
+    DelayMonitor,
+    FillMonitor,
+    LossMonitor,
+    Uniform,
+    backoff_delay,
+)
+from ._rate import NakRateController, recovery_bound_s
+
+#: The building blocks, for simulators that drive them directly.
+__all__ = ["BACKOFF_LAMBDA", "MAX_BACKOFF_WINDOWS", "RECEIVER_POLICIES", "SENDER_POLICIES",
+           "WAITING_FRESH_S", "AckFeedback", "AckFlow", "CreditGranter", "CreditLedger",
+           "DelayMonitor", "FillMonitor", "LossMonitor", "NakFeedback", "NakFlow",
+           "NakRateController", "NoFeedback", "NoFlow", "ReceiverFlow", "SenderFlow",
+           "SenderKey", "TokenBucket", "backoff_delay", "is_other_modes_feedback",
+           "make_receiver_flow", "make_sender_flow", "recovery_bound_s", "register"]
 
 
 class SenderFlow(ABC):
@@ -53,6 +73,26 @@ class SenderFlow(ABC):
     def limits(self, *, now: float) -> tuple[float | None, int | None]:
         """(rate limit msgs/s, credit left msgs) at ``now``; None where not applicable."""
         return None, None
+
+    def set_rtt(self, rtt_s: float) -> None:  # noqa: B027 (optional hook)
+        """The group's round-trip time, measured from receivers' HELLO answers, s."""
+
+    def on_receiver_bye(self, receiver: str) -> None:  # noqa: B027 (optional hook)
+        """``receiver`` left on purpose (BYE)."""
+
+    def on_timer(self, *, now: float) -> list[str]:
+        """Time passed: receivers the policy gave up on (evicted) at ``now``."""
+        return []
+
+    def ready(self, answered: Collection[str]) -> int:
+        """How many of the receivers that ``answered`` HELLO may be sent to now (``ack``:
+        only those that also granted credit)."""
+        return len(answered)
+
+    def validated_rate(self, *, now: float) -> float | None:
+        """A rate this sender has shown the path takes, for the next sender on it (None:
+        nothing to hand on)."""
+        return None
 
     @abstractmethod
     def snapshot(self) -> dict[str, Any]:
@@ -129,6 +169,12 @@ class NakFlow(SenderFlow):
         if type(frame) is Nak and frame.stream == self.stream:
             self.controller.on_nak(frame.level, now=now, fill=frame.fill)
 
+    def set_rtt(self, rtt_s: float) -> None:
+        self.controller.set_rtt(rtt_s)
+
+    def validated_rate(self, *, now: float) -> float | None:
+        return self.controller.validated_rate(now=now)
+
     def next_deadline(self) -> float | None:
         return self.controller.next_deadline()
 
@@ -193,6 +239,13 @@ class AckFlow(SenderFlow):
     def on_receiver_bye(self, receiver: str) -> None:
         self.ledger.on_bye(receiver)
 
+    def on_timer(self, *, now: float) -> list[str]:
+        return self.ledger.expire(now=now)
+
+    def ready(self, answered: Collection[str]) -> int:
+        granted = self.ledger.has_granted
+        return sum(1 for r in answered if granted(r))
+
     def next_deadline(self) -> float | None:
         return self.ledger.next_deadline()
 
@@ -208,25 +261,44 @@ def is_other_modes_feedback(frame: Frame, mode: str) -> TypeGuard[Nak | Credit]:
     return (type(frame) is Nak and mode != "nak") or (type(frame) is Credit and mode != "ack")
 
 
+def _nak_sender(*, stream: str, sender: str, epoch: int, nak: NakConfig | None,
+                ack: AckConfig | None, next_seq: int, max_rate_msgs: float | None) -> SenderFlow:
+    cfg = nak or NakConfig()
+    if max_rate_msgs is not None:  # the cap is nak's ceiling
+        cfg = replace(cfg, max_rate_msgs=max_rate_msgs,
+                      min_rate_msgs=min(cfg.min_rate_msgs, max_rate_msgs))
+    return NakFlow(stream, cfg)
+
+
+def _ack_sender(*, stream: str, sender: str, epoch: int, nak: NakConfig | None,
+                ack: AckConfig | None, next_seq: int, max_rate_msgs: float | None) -> SenderFlow:
+    return AckFlow(stream, sender, epoch, ack, next_seq=next_seq, max_rate_msgs=max_rate_msgs)
+
+
+def _no_sender(*, stream: str, sender: str, epoch: int, nak: NakConfig | None,
+               ack: AckConfig | None, next_seq: int, max_rate_msgs: float | None) -> SenderFlow:
+    return NoFlow(max_rate_msgs)
+
+
+SenderFactory = Callable[..., SenderFlow]
+ReceiverFactory = Callable[..., "ReceiverFlow"]
+#: mode name -> how to build its sender-side / receiver-side policy.
+SENDER_POLICIES: dict[str, SenderFactory] = {"nak": _nak_sender, "ack": _ack_sender,
+                                             "none": _no_sender}
+RECEIVER_POLICIES: dict[str, ReceiverFactory] = {}
+
+
 def make_sender_flow(mode: str, *, stream: str, sender: str, epoch: int,
                      nak: NakConfig | None = None, ack: AckConfig | None = None,
                      next_seq: int = 0, max_rate_msgs: float | None = None) -> SenderFlow:
-    """Build the sender-side policy named by ``mode``.
+    """Build the sender-side policy registered under ``mode``.
 
     ``max_rate_msgs`` caps every mode: it is ``nak``'s ceiling, and a fixed rate for
     ``none`` and ``ack``.
     """
-    check_mode(mode)
-    if mode == "nak":
-        cfg = nak or NakConfig()
-        if max_rate_msgs is not None:
-            cfg = replace(cfg, max_rate_msgs=max_rate_msgs,
-                          min_rate_msgs=min(cfg.min_rate_msgs, max_rate_msgs))
-        return NakFlow(stream, cfg)
-    if mode == "ack":
-        return AckFlow(stream, sender, epoch, ack, next_seq=next_seq,
-                       max_rate_msgs=max_rate_msgs)
-    return NoFlow(max_rate_msgs)
+    return SENDER_POLICIES[check_mode(mode)](stream=stream, sender=sender, epoch=epoch, nak=nak,
+                                             ack=ack, next_seq=next_seq,
+                                             max_rate_msgs=max_rate_msgs)
 
 
 class ReceiverFlow(ABC):
@@ -346,16 +418,41 @@ class AckFeedback(ReceiverFlow):
         return {"mode": self.mode, **self.granter.snapshot()}
 
 
+def _nak_receiver(*, stream: str, receiver: str, capacity_msgs: int,
+                  nak: NakConfig | None, ack: AckConfig | None,
+                  rng: Uniform | None) -> ReceiverFlow:
+    return NakFeedback(stream, receiver, capacity_msgs, nak, rng=rng)
+
+
+def _ack_receiver(*, stream: str, receiver: str, capacity_msgs: int,
+                  nak: NakConfig | None, ack: AckConfig | None,
+                  rng: Uniform | None) -> ReceiverFlow:
+    return AckFeedback(stream, receiver, capacity_msgs, ack)
+
+
+def _no_receiver(*, stream: str, receiver: str, capacity_msgs: int,
+                 nak: NakConfig | None, ack: AckConfig | None,
+                 rng: Uniform | None) -> ReceiverFlow:
+    return NoFeedback(stream, receiver)
+
+
+RECEIVER_POLICIES.update({"nak": _nak_receiver, "ack": _ack_receiver, "none": _no_receiver})
+
+
 def make_receiver_flow(mode: str, *, stream: str, receiver: str, capacity_msgs: int,
                        nak: NakConfig | None = None, ack: AckConfig | None = None,
                        rng: Uniform | None = None) -> ReceiverFlow:
-    """Build the receiver-side policy named by ``mode`` (``rng``: the NAK hold-off's draws)."""
-    check_mode(mode)
-    if mode == "nak":
-        return NakFeedback(stream, receiver, capacity_msgs, nak, rng=rng)
-    if mode == "ack":
-        return AckFeedback(stream, receiver, capacity_msgs, ack)
-    return NoFeedback(stream, receiver)
+    """Build the receiver-side policy registered under ``mode`` (``rng``: the NAK
+    hold-off's draws)."""
+    return RECEIVER_POLICIES[check_mode(mode)](stream=stream, receiver=receiver,
+                                               capacity_msgs=capacity_msgs, nak=nak, ack=ack,
+                                               rng=rng)
+
+
+def register(mode: str, sender: SenderFactory, receiver: ReceiverFactory) -> None:
+    """Put a policy pair under ``mode`` (one of ``MODES``: the wire carries the name)."""
+    SENDER_POLICIES[check_mode(mode)] = sender
+    RECEIVER_POLICIES[mode] = receiver
 
 
 from ._speedups import use_compiled  # noqa: E402

@@ -13,6 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._timeline import rate_series
+
+__all__ = ["MISSING_REASONS", "Verdict", "rate_series", "receiver_verdict", "sender_verdict"]
+
 #: Why a message counted in a stream was not delivered, in the order they are printed.
 MISSING_REASONS = ("lost", "dropped", "beyond_history", "missed_before_join")
 

@@ -1,39 +1,136 @@
-"""The protocol itself, simulated: one real SenderCore and N real ReceiverCores in 1 ms steps.
+"""The protocol itself, simulated: real SenderCores and ReceiverCores over an in-memory network.
 
-Where the vectorised model (``model.py``) scales to 10,000 receivers with the real
-rate controller but counts messages, this one moves real frames between the real
-sans-I/O cores of ``nakflow`` (framing, history and repair, accounting, NAK timing,
-credit, HELLO answers and the RTT), so everything the live nodes do is in it: it is
-slower (a few receivers, seconds of simulated time) and exact. No sockets, no clock:
-time is the step counter, randomness one seeded generator.
+``SimLink`` is the third driver of the cores' contract (beside the threaded and asyncio
+ones): it moves frames between them over a simulated network in steps of simulated
+time and makes no protocol decision of its own. Everything the live nodes do is in it
+(framing, natural batching, history and repair, accounting, NAK timing and the path
+signals, credit, HELLO answers and the RTT, the lifecycle after END); each receiver's
+queue is the live ``DeliveryQueue``. No sockets, no clock: time is the step counter,
+randomness one seeded generator. ``simulate_cores`` runs a deployment on it.
 
-Network: each receiver sits ``rtt_s / 2`` from the sender each way; feedback is
-multicast, so receivers overhear each other after ``rtt_s``. A receiver that is paused
-or dead reads nothing; frames wait for it up to ``hwm_frames`` (ZeroMQ's high-water
-mark), later ones are dropped, as PUB drops them, and show up as loss in flight.
+Network: receiver i sits ``rtt_s[i] / 2`` from every sender each way; feedback is
+multicast, so receivers overhear each other (after the two one-way delays). A receiver
+that is stopped (paused or dead) reads nothing; frames wait for it up to ``hwm_frames``
+(ZeroMQ's high-water mark), later ones are dropped, as PUB drops them, and show up as
+loss in flight.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nakflow import (
     AckConfig,
-    Message,
+    DeliveryQueue,
     NakConfig,
+    ReceiverConfig,
     ReceiverCore,
     RepairConfig,
+    SenderConfig,
     SenderCore,
     check_mode,
 )
 
+DATA_TYPES = (1, 7)  # DATA, RDATA: the frames lost in flight
+FEEDBACK_TYPES = (2, 8)  # NAK, REPAIR: the feedback frames lost on the way back
+
+
+class SimLink:
+    """An in-memory network between real cores, advanced one ``step_s`` at a time."""
+
+    def __init__(self, senders: Sequence[SenderCore], receivers: Sequence[ReceiverCore], *,
+                 step_s: float = 0.001, rtt_s: Sequence[float] | float = 0.002,
+                 rng: random.Random | None = None, data_loss: float = 0.0,
+                 shared_loss: float = 0.0, feedback_loss: float = 0.0,
+                 hwm_frames: int = 1_000) -> None:
+        self.senders, self.receivers = list(senders), list(receivers)
+        n = len(self.receivers)
+        rtts = [rtt_s] * n if isinstance(rtt_s, (int, float)) else list(rtt_s)
+        self.half = [max(1, round(r / 2 / step_s)) for r in rtts]  # one way, in steps
+        self.step_s, self.k = step_s, 0
+        self.rng = rng or random.Random(0)
+        self.data_loss, self.shared_loss = data_loss, shared_loss
+        self.feedback_loss, self.hwm_frames = feedback_loss, hwm_frames
+        self.queues = [DeliveryQueue(rx.capacity_msgs, rx.config.overflow, wake=lambda: None,
+                                     wake_every=1 << 30) for rx in self.receivers]
+        self.stopped = [False] * n  # paused or dead: reads nothing, says nothing
+        self.inbound: list[deque[tuple[int, bytes]]] = [deque() for _ in range(n)]
+        self.overheard: list[deque[tuple[int, bytes]]] = [deque() for _ in range(n)]
+        self.to_senders: deque[tuple[int, int, bytes]] = deque()  # (due step, rx, frame)
+        self.in_flight_drops = [0] * n
+
+    @property
+    def now(self) -> float:
+        return self.k * self.step_s
+
+    def inject(self, i: int, buf: bytes) -> None:
+        """Put ``buf`` on receiver ``i``'s data channel (arrives at the next step)."""
+        self.inbound[i].append((self.k, buf))
+
+    def step(self) -> None:
+        """One step: feedback reaches the senders, their timers run, what they hand out
+        goes on the wire; then each running receiver reads, overhears, exchanges with its
+        queue and answers."""
+        t, k = self.now, self.k
+        for tx in self.senders:
+            self._sender_step(tx, t)
+        for i, rx in enumerate(self.receivers):
+            box = self.inbound[i]
+            if self.stopped[i]:
+                while len(box) > self.hwm_frames:  # PUB drops past the high-water mark
+                    box.pop()
+                    self.in_flight_drops[i] += 1
+                continue
+            queue = self.queues[i]
+            while box and box[0][0] <= k and rx.wants_data(queue.full):
+                rx.receive_data(box.popleft()[1], t)
+            hear = self.overheard[i]
+            while hear and hear[0][0] <= k:
+                rx.receive_overheard(hear.popleft()[1], t)
+            rx.exchange(queue, t)
+            self._feedback_out(i, rx.frames_to_send())
+        self.k += 1
+
+    def _sender_step(self, tx: SenderCore, t: float) -> None:
+        k, back = self.k, self.to_senders
+        for _ in range(len(back)):  # feedback is multicast: every sender hears it
+            due, i, buf = back[0]
+            if due > k:
+                break
+            back.popleft()
+            for s in self.senders:
+                s.receive_feedback(buf, t)
+        timer = tx.get_timer()
+        if timer is not None and t >= timer:
+            tx.handle_timer(t)
+        rng = self.rng
+        for buf in tx.frames_to_send():
+            lossy = buf[2] in DATA_TYPES
+            if lossy and self.shared_loss and rng.random() < self.shared_loss:
+                continue
+            for i, half in enumerate(self.half):
+                if not (lossy and self.data_loss and rng.random() < self.data_loss):
+                    self.inbound[i].append((k + half, buf))
+
+    def _feedback_out(self, i: int, frames: list[bytes]) -> None:
+        k, half = self.k, self.half
+        for buf in frames:
+            if (self.feedback_loss and buf[2] in FEEDBACK_TYPES
+                    and self.rng.random() < self.feedback_loss):
+                continue
+            self.to_senders.append((k + half[i], i, buf))
+            for j in range(len(self.receivers)):
+                if j != i:
+                    self.overheard[j].append((k + half[i] + half[j], buf))
+
 
 @dataclass(frozen=True)
 class CoreSimParams:
-    """One simulated deployment of the real cores."""
+    """One simulated deployment of the real cores (one sender)."""
 
     #: Number of receivers.
     receivers: int = 4
@@ -65,6 +162,11 @@ class CoreSimParams:
     data_loss: float = 0.0
     #: Fraction of DATA/RDATA frames lost near the sender, for every receiver at once.
     shared_loss: float = 0.0
+    #: Fraction of NAK and REPAIR frames lost on the way back (HELLO, END, GONE and the
+    #: rest pass: they are control frames the live nodes repeat).
+    feedback_loss: float = 0.0
+    #: Stop after this many messages (None: send until duration_s), then END.
+    messages: int | None = None
     #: Time step, s.
     step_s: float = 0.001
     nak: NakConfig = field(default_factory=NakConfig)
@@ -83,92 +185,53 @@ def simulate_cores(p: CoreSimParams, mode: str, *, seed: int = 0) -> dict[str, A
     check_mode(mode)
     rng = random.Random(seed)
     n, dt = p.receivers, p.step_s
-    half = max(1, round(p.rtt_s / 2 / dt))  # one-way delay, steps
-    tx = SenderCore(mode=mode, stream="sim", sender_id="s0", epoch=1, nak=p.nak, ack=p.ack,
-                    repair=p.repair, max_rate_msgs=p.sender_max_rate_msgs,
-                    max_frame_bytes=1 << 24)
-    rxs = [ReceiverCore(mode=mode, stream="sim", receiver_id=f"r{i}",
-                        capacity_msgs=p.capacity_msgs, nak=p.nak, ack=p.ack, repair=p.repair,
-                        rng=random.Random(rng.random()), max_streams=16,
-                        max_frame_bytes=1 << 24) for i in range(n)]
-    inbound: list[deque[tuple[int, bytes]]] = [deque() for _ in range(n)]  # data to rx i
-    overheard: list[deque[tuple[int, bytes]]] = [deque() for _ in range(n)]
-    to_tx: deque[tuple[int, bytes]] = deque()
-    queues: list[deque[Message]] = [deque() for _ in range(n)]
+    tx = SenderCore(SenderConfig(mode=mode, stream="sim", sender_id="s0", epoch=1, nak=p.nak,
+                                 ack=p.ack, repair=p.repair,
+                                 max_rate_msgs=p.sender_max_rate_msgs, frame_msgs=p.batch,
+                                 linger_s=dt), now=0.0)
+    rxs = [ReceiverCore(ReceiverConfig(mode=mode, stream="sim", receiver_id=f"r{i}",
+                                       capacity_msgs=p.capacity_msgs, nak=p.nak, ack=p.ack,
+                                       repair=p.repair, max_streams=16),
+                        now=0.0, rng=random.Random(rng.random())) for i in range(n)]
+    link = SimLink([tx], rxs, step_s=dt, rtt_s=p.rtt_s, rng=rng, data_loss=p.data_loss,
+                   shared_loss=p.shared_loss, feedback_loss=p.feedback_loss,
+                   hwm_frames=p.hwm_frames)
     seen: list[Counter[int]] = [Counter() for _ in range(n)]
     carry = [0.0] * n
-    in_flight_drops = [0] * n
-    sent, end_step, step = 0, None, 0
-    last_step = round((p.duration_s + 15.0) / dt)
-    next_hello = 0
-    while step < last_step:
-        t = step * dt
-        # -- sender ----------------------------------------------------------------
-        while to_tx and to_tx[0][0] <= step:
-            tx.on_feedback(to_tx.popleft()[1], now=t)
-        out = tx.repairs_due(now=t)
-        if step >= next_hello and end_step is None:  # as a sender waiting for receivers
-            out.append(tx.hello(now=t))
-            next_hello = step + round(0.1 / dt)
-        if end_step is None:
-            if t >= p.duration_s:
-                out.append(tx.end(now=t))
-                end_step = step
+    ended = False
+    per_step = round(p.sender_max_rate_msgs * dt) + 1
+    tx.want_receivers(n, 0.0)  # as a live sender waiting for its receivers
+    for _ in range(round((p.duration_s + 15.0) / dt)):
+        t = link.now
+        if tx.receivers_ready() >= n:
+            tx.want_receivers(0, t)
+        if not ended:
+            if t >= p.duration_s or (p.messages is not None and tx.sent >= p.messages):
+                tx.close(t)
+                ended = True
             else:
-                k = tx.flow.admit_up_to(round(p.sender_max_rate_msgs * dt) + 1, now=t)
-                for lo in range(0, k, p.batch):
-                    m = min(p.batch, k - lo)
-                    out.append(tx.data([b"%d" % (sent + j) for j in range(m)], now=t))
-                    sent += m
-        elif step % round(0.1 / dt) == 0 and step - end_step < round(1.0 / dt):
-            out.append(tx.end(now=t))  # END repeated for a second, as close() re-sends it
-        for buf in out:
-            lossy = buf[2] in (1, 7)  # DATA, RDATA
-            if lossy and p.shared_loss and rng.random() < p.shared_loss:
-                continue
-            for i in range(n):
-                if not (lossy and p.data_loss and rng.random() < p.data_loss):
-                    inbound[i].append((step + half, buf))
-        # -- receivers -------------------------------------------------------------
-        for i, rx in enumerate(rxs):
-            box = inbound[i]
-            if _stopped(p, i, t):
-                while len(box) > p.hwm_frames:  # PUB drops past the high-water mark
-                    box.pop()
-                    in_flight_drops[i] += 1
-                continue
-            pending: list[tuple[tuple[str, int], Message]] = []
-            fb: list[bytes] = []
-            while box and box[0][0] <= step:
-                fb += rx.on_data(box.popleft()[1], pending.append, now=t)
-            while overheard[i] and overheard[i][0][0] <= step:
-                rx.on_overheard(overheard[i].popleft()[1], now=t)
-            q = queues[i]
-            for key, msg in pending:
-                if len(q) >= p.capacity_msgs:
-                    rx.on_dropped(msg)
-                else:
-                    q.append(msg)
-                    rx.on_enqueued(key, 1)
-            carry[i] += p.consume_rate_msgs * dt
-            take = min(int(carry[i]), len(q))
-            carry[i] -= int(carry[i])
-            for _ in range(take):
-                msg = q.popleft()
-                seen[i][msg.seq] += 1
-            if take:
-                rx.on_released(("s0", 1), take)
-            fb += rx.poll(rx.seen_depth(len(q), None, now=t), now=t)
-            for buf in fb:
-                to_tx.append((step + half, buf))
-                for j in range(n):
-                    if j != i:
-                        overheard[j].append((step + 2 * half, buf))
-        step += 1
-        if end_step is not None and step - end_step > round(1.0 / dt) and all(
-                not rx.tracker.with_gaps and not queues[i] and not inbound[i]
-                for i, rx in enumerate(rxs) if not _stopped(p, i, step * dt)):
+                for _ in range(per_step if p.messages is None
+                               else min(per_step, p.messages - tx.sent)):
+                    if tx.offer(b"%d" % tx.sent, t):  # the application sends what it may
+                        break
+                tx.flush(t)  # ... then waits a step: what it admitted leaves first
+        for i in range(n):
+            link.stopped[i] = _stopped(p, i, t)
+            if not link.stopped[i]:
+                carry[i] += p.consume_rate_msgs * dt
+                for msg in link.queues[i].take(int(carry[i]), 0):
+                    seen[i][msg.seq] += 1
+                carry[i] -= int(carry[i])
+        link.step()
+        if ended and tx.closed and all(
+                not rx.tracker.with_gaps and not len(link.queues[i]) and not link.inbound[i]
+                for i, rx in enumerate(rxs) if not link.stopped[i]):
             break
+    return _result(p, mode, tx, rxs, link, seen)
+
+
+def _result(p: CoreSimParams, mode: str, tx: SenderCore, rxs: list[ReceiverCore],
+            link: SimLink, seen: list[Counter[int]]) -> dict[str, Any]:
     rows = []
     for i, rx in enumerate(rxs):
         tot = rx.tracker.totals()
@@ -176,14 +239,17 @@ def simulate_cores(p: CoreSimParams, mode: str, *, seed: int = 0) -> dict[str, A
                                                    if i < p.paused + p.dead else "normal"),
                      "delivered": len(seen[i]), "duplicated": sum(seen[i].values())
                      - len(seen[i]), "goodput_msgs": round(len(seen[i]) / p.duration_s, 1),
-                     "queue_drops": rx.dropped, "in_flight_drops": in_flight_drops[i],
+                     "queue_drops": rx.dropped, "in_flight_drops": link.in_flight_drops[i],
                      "repaired": tot["repaired"], "lost": tot["lost"],
                      "dropped_unrepaired": tot["dropped"],
                      "beyond_history": tot["beyond_history"],
                      "missed_before_join": tot["missed_before_join"],
-                     "queued": len(queues[i])})
-    snap = tx.snapshot()
-    return {"mode": mode, "sent": sent, "sim_s": round(step * dt, 3),
-            "send_rate_msgs": round(sent / p.duration_s, 1), "rtt_ms": snap["rtt_ms"],
+                     "given_up": sum(sum(st.gaps.given_up) for st in rx.tracker.streams.values()
+                                     if st.gaps is not None),
+                     "queued": len(link.queues[i])})
+    snap = tx.snapshot(link.now)
+    return {"mode": mode, "sent": snap["sent"], "frames": snap["frames"],
+            "sim_s": round(link.now, 3), "steps": link.k,
+            "send_rate_msgs": round(snap["sent"] / p.duration_s, 1), "rtt_ms": snap["rtt_ms"],
             "cuts": snap["cuts"], "repair": snap["repair"],
             "feedback_frames": snap["feedback_frames"], "receivers": rows}

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from nakflow import RepairConfig
-from nakflow._fill import backoff_delay
+from nakflow.policies import backoff_delay
 
 _holdoff = np.frompyfunc(backoff_delay, 2, 1)
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from nakflow import AckConfig, AckFlow, NakConfig, NakFlow, check_mode, make_sender_flow
+from nakflow import AckConfig, NakConfig, check_mode
+from nakflow.policies import AckFlow, NakFlow, make_sender_flow
 
 from .vectorized import IntArray, VecCreditGranter, VecFillMonitor
 

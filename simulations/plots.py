@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from nakflow._timeline import rate_series
+from nakflow.report import rate_series
 
 COLORS = {"nak": "tab:blue", "ack": "tab:orange", "none": "tab:gray"}
 SWEEP_LABELS = {"rtt_s": "round-trip time, s", "receivers": "receivers"}

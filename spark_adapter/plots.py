@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from nakflow._timeline import rate_series
+from nakflow.report import rate_series
 
 STYLES = ("-", "--", ":", "-.")
 

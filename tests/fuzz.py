@@ -14,7 +14,7 @@ import msgpack
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from nakflow import Bye, Credit, Data, End, Gone, Hello, Nak, RData, Repair, encode
+from nakflow.wire import Bye, Credit, Data, End, Gone, Hello, Nak, RData, Repair, encode
 
 SCALE = max(1, int(os.environ.get("NAKFLOW_FUZZ_SCALE", "1")))
 MAX = 2**63 - 1

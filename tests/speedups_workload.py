@@ -15,7 +15,6 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from nakflow import Bye, Credit, Data, End, Gone, Hello, Nak, RData, Repair, encode
 from nakflow._batch import FrameBatcher
 from nakflow._codec import decode, decode_data
 from nakflow._delivery_queue import DeliveryQueue
@@ -23,6 +22,7 @@ from nakflow._errors import ProtocolError
 from nakflow._receiver_core import Message
 from nakflow._seqtrack import SequenceTracker
 from nakflow._speedups import status
+from nakflow.wire import Bye, Credit, Data, End, Gone, Hello, Nak, RData, Repair, encode
 from simulations.cores import CoreSimParams, simulate_cores
 
 
@@ -128,12 +128,12 @@ def inbox(rng: random.Random) -> list[Any]:
     for overflow in ("drop-newest", "drop-oldest"):
         box = DeliveryQueue(50, overflow, wake=lambda: None, wake_every=5)
         dropped: list[int] = []
-        on_dropped = lambda m, d=dropped: d.append(m.seq)  # noqa: E731
         for i in range(300):
             pending = deque((("s", 0), Message("s", 0, i * 10 + j, 0.0, b"x"))
                             for j in range(rng.randint(0, 20)))
-            box.put(pending, on_dropped=on_dropped,
-                    on_enqueued=lambda k, n: None)
+            enq, lost = box.put(pending)
+            dropped += [m.seq for m in lost]
+            out.append(sorted(enq.items()))
             out.append([m.seq for m in box.take(rng.randint(0, 15), timeout=0)])
         out.append((dropped, box.delivered, box.queue_peak, len(box)))
     return out

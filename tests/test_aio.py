@@ -57,7 +57,7 @@ def test_none_mode_counts_every_drop():
                                  capacity_msgs=500) as rx:
             async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="none") as tx:
                 await tx.wait_for_receivers(1)
-                await tx.send_batch([b"y" * 50] * 5_000, max_frame_msgs=100)
+                await tx.send_batch([b"y" * 50] * 5_000)
             assert await rx.wait_for_ends(1, 30)
             got = 0
             while batch := await rx.get_many(1_000, timeout=0.5):

@@ -9,22 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nakflow import (
-    AuthError,
-    Bye,
-    ConfigError,
-    Credit,
-    Data,
-    End,
-    FrameAuth,
-    Hello,
-    Nak,
-    SharedKey,
-    decode,
-    encode,
-)
+from nakflow import AuthError, ConfigError, SharedKey
 from nakflow._auth import OVERHEAD_BYTES, origin
 from nakflow.keyfile import load_shared_key
+from nakflow.wire import Bye, Credit, Data, End, FrameAuth, Hello, Nak, decode, encode
 from tests.fuzz import budget
 
 KEY = SharedKey(b"k" * 32)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from nakflow import ConfigError, TokenBucket
+from nakflow import ConfigError
+from nakflow.policies import TokenBucket
 
 
 def test_starts_full_then_paces_to_rate():

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from benchmarks.chaos import FeedbackProxy, free_port
-from nakflow import Credit, Nak
 from nakflow.testing import LocalReceivers, ReceiverSpec, run_sender
+from nakflow.wire import Credit, Nak
 
 pytestmark = pytest.mark.slow
 COUNT, SLOW, CAP = 40_000, 10_000.0, 4_000

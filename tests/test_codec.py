@@ -7,19 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nakflow import (
-    Bye,
-    Credit,
-    Data,
-    End,
-    Hello,
-    Nak,
-    ProtocolError,
-    decode,
-    encode,
-    encode_data,
-)
+from nakflow import ProtocolError
 from nakflow._codec import decode_data
+from nakflow.wire import Bye, Credit, Data, End, Hello, Nak, decode, encode, encode_data
 from tests.fuzz import budget, frames
 
 EXAMPLES = [

@@ -6,8 +6,9 @@ import pathlib
 import pytest
 
 CORE = ["_auth", "_bucket", "_codec", "_config", "_credit", "_backpressure", "_errors", "_fill",
-        "_gaps", "_history", "_frame_checks", "_repair", "_receiver_core", "_sender_core",
-        "policies", "_rate", "_seqtrack", "_timeline"]
+        "_gaps", "_history", "_endpoint", "_repair", "_receiver_core", "_sender_core",
+        "policies", "_rate", "_seqtrack", "_timeline", "_roster", "_repair_server",
+        "_lifecycle", "events", "_batch", "wire", "report"]
 FORBIDDEN = {"zmq", "pyspark", "threading", "socket", "time", "asyncio", "select",
              "random", "transports", "simulations", "spark_adapter"}
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -27,6 +28,15 @@ def imported_modules(path: pathlib.Path) -> set[str]:
 @pytest.mark.parametrize("name", CORE)
 def test_core_module_imports_no_io(name):
     assert not imported_modules(ROOT / "nakflow" / f"{name}.py") & FORBIDDEN
+
+
+@pytest.mark.parametrize("name", ["aio", "_async_sender", "_async_receiver", "_async_common"])
+def test_the_asyncio_drivers_do_not_import_the_threaded_ones(name):
+    path = ROOT / "nakflow" / f"{name}.py"
+    assert not imported_modules(path) & {"threading"}
+    tree = ast.parse(path.read_text())
+    relative = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level}
+    assert not relative & {"sender", "receiver"}, relative
 
 
 def test_nakflow_never_imports_the_adapters():

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nakflow import AckConfig, CreditGranter, CreditLedger, CreditViolation
+from nakflow import AckConfig, CreditViolation
+from nakflow.policies import CreditGranter, CreditLedger
 
 
 def test_nothing_sendable_before_any_credit():

@@ -2,7 +2,8 @@
 
 import pytest
 
-from nakflow import ConfigError, FillMonitor, NakConfig
+from nakflow import ConfigError, NakConfig
+from nakflow.policies import FillMonitor
 
 
 def test_silent_without_overload():
@@ -67,7 +68,7 @@ def test_capacity_must_be_positive():
 
 
 def test_backpressure_episodes_use_high_and_low_watermarks():
-    from nakflow import BackpressureEpisodes
+    from nakflow._backpressure import BackpressureEpisodes
 
     ep = BackpressureEpisodes(100)
     for t, depth in [(0.0, 90), (1.0, 100), (1.5, 60), (2.0, 49), (3.0, 100), (3.2, 10)]:
@@ -241,15 +242,16 @@ def test_path_signals_are_checked_and_can_be_switched_off():
         NakConfig(loss_fill=((0.1, 0.5), (0.2, 0.75)))  # shares must decrease
     with pytest.raises(ConfigError):
         NakConfig(delay_fill=((0.0, 0.5),))
-    from nakflow._receiver_core import ReceiverCore
+    from nakflow import ReceiverConfig, ReceiverCore
 
-    core = ReceiverCore(mode="nak", stream="s", receiver_id="r", capacity_msgs=100,
-                        nak=NakConfig(loss_fill=(), delay_fill=()), max_streams=10,
-                        max_frame_bytes=1 << 20)
+    core = ReceiverCore(ReceiverConfig(mode="nak", stream="s", receiver_id="r",
+                                       capacity_msgs=100,
+                                       nak=NakConfig(loss_fill=(), delay_fill=()),
+                                       max_streams=10), now=0.0)
     core.tracker.on_data("x", 1, 0, 10)
     core.tracker.on_data("x", 1, 1_000, 10)  # 990 missing
     for i in range(5):
-        assert core.seen_depth(0, None, now=i * 0.05) == 0
+        assert core.seen_depth(0, now=i * 0.05) == 0
 
 
 def test_a_switched_off_delay_monitor_keeps_nothing():

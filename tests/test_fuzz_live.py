@@ -19,9 +19,11 @@ import zmq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nakflow import AckConfig, Data, NakConfig, encode
+from nakflow import AckConfig, NakConfig
+from nakflow._sender_core import ALLOWANCE_MSGS
 from nakflow.receiver import Receiver
-from nakflow.sender import ALLOWANCE_MSGS, Sender
+from nakflow.sender import Sender
+from nakflow.wire import Data, encode
 from tests.fuzz import budget, wire
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,8 @@ import random
 import msgpack
 import pytest
 
-from nakflow import Credit, Data, End, Hello, Nak, NakConfig, encode
+from nakflow import NakConfig
+from nakflow.wire import Credit, Data, End, Hello, Nak, encode
 from tests.flood import send_under_flood
 
 pytestmark = pytest.mark.slow

@@ -97,7 +97,7 @@ def _send_during_stall(mode: str, ack: AckConfig | None = None) -> dict[str, flo
             "stall_late": rate(3.0, 4.0), "after": rate(4.5, 6.0),
             # who slowed the sender, if anyone (a failure message says)
             "naks": snap["naks_received"], "rate_limit": [
-                (round(t - t0 + tx._t0, 2), r if r is None else round(r)) for t, r in zip(
+                (round(t - t0 + tx.core._t0, 2), r if r is None else round(r)) for t, r in zip(
                     snap["timeline"]["t"], snap["timeline"]["rate_limit"], strict=True)][::10],
             "receivers": {r["receiver_id"]: (r["naks_sent"], r["delay_windows"],
                                              r["loss_windows"], r["queue_peak"])
@@ -163,10 +163,10 @@ def test_a_sender_remembering_its_path_starts_where_the_last_one_ended():
         first = run(True)
         key = ("mem", tuple(sorted(rx.data_endpoints)))
         left = RATE_MEMORY.recall(key, now=time.monotonic())
-        peak = first.core.flow.controller._meter.peak  # what it really sent at, at most
+        peak = first.core.policy.controller._meter.peak  # what it really sent at, at most
         assert first.start_rate_msgs is None and left is not None and peak is not None
         assert left <= peak  # a validated rate, not a limit it never used
         second = run(True)
         assert second.start_rate_msgs == left
-        assert second.core.flow.controller.config.initial_rate_msgs == left
+        assert second.core.policy.controller.config.initial_rate_msgs == left
         assert run(False).start_rate_msgs is None

@@ -27,8 +27,8 @@ import time
 import pytest
 import zmq
 
-from nakflow import Bye, Credit, Data, End, Hello, decode, encode
 from nakflow.testing import LocalReceivers, ReceiverSpec, nakflow_cmd
+from nakflow.wire import Bye, Credit, Data, End, Hello, decode, encode
 from tests.rss import RssSampler, rss_kib
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ SOAK_S = float(os.environ.get("NAKFLOW_SOAK_S", "60"))
 def start_sender(data: list[str], feedback: list[str], *, mode: str, extra: list[str]
                  ) -> subprocess.Popen[str]:
     args = ["send", "--data", ",".join(data), "--feedback", ",".join(feedback), "--mode", mode,
-            "--id", "real", "--json", *extra]
+            "--id", "real", "--json", "--allow-loss", *extra]
     return subprocess.Popen(nakflow_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 

@@ -19,9 +19,10 @@ import time
 import pytest
 import zmq
 
-from nakflow import Data, FrameAuth, Nak, SharedKey, encode
+from nakflow import SharedKey
 from nakflow.keyfile import load_shared_key
 from nakflow.testing import ReceiverSpec, run_mode
+from nakflow.wire import Data, FrameAuth, Nak, encode
 from tests.netns import run_in_netns
 
 IN_NETNS = os.environ.get("NAKFLOW_IN_NETNS") == "1"

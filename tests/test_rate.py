@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nakflow import ConfigError, NakConfig, NakRateController
+from nakflow import ConfigError, NakConfig
 from nakflow._rate import recovery_bound_s
+from nakflow.policies import NakRateController
 
 
 def measured(ctrl: NakRateController, rate: float, t0: float, t1: float) -> None:

@@ -16,22 +16,18 @@ from hypothesis import strategies as st
 
 from nakflow import (
     ConfigError,
-    Data,
-    Gone,
-    Hello,
     ProtocolError,
-    RData,
+    ReceiverConfig,
     ReceiverCore,
-    Repair,
     RepairConfig,
-    RepairRequester,
+    SenderConfig,
     SenderCore,
-    SendHistory,
-    decode,
-    encode,
 )
 from nakflow._codec import decode_data
+from nakflow._history import SendHistory
+from nakflow._repair import RepairRequester
 from nakflow._seqtrack import SequenceTracker
+from nakflow.wire import Data, Gone, Hello, RData, Repair, decode, encode
 from tests.fuzz import budget
 from tests.sansio import Link, run_link
 
@@ -188,12 +184,17 @@ def test_dropped_messages_are_asked_for_only_once_room_is_back():
 
 def test_a_late_joiner_asks_the_history_for_what_came_before_it_as_room_allows():
     """A receiver that first hears a stream at seq 100 asks the sender's history for
-    0..99 (late join), no more at a time than its queue has room for; what the history
-    no longer holds stays missed before join, not beyond history."""
+    0..99 (late join) once three of its frames arrived (a made-up sender's one frame asks
+    nothing), no more at a time than its queue has room for; what the history no longer
+    holds stays missed before join, not beyond history."""
     t = SequenceTracker(repair=True)
     rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1), capacity_msgs=40)
-    t.on_data("p", 1, 100, 10)
-    assert t.totals()["missed_before_join"] == 100 and t.totals()["lost"] == 0
+    t.on_data("fake", 7, 1 << 40, 1)
+    t.on_data("p", 1, 100, 4)
+    t.on_data("p", 1, 104, 3)
+    assert not t.with_gaps  # nobody asked yet
+    t.on_data("p", 1, 107, 3)
+    assert t.totals()["missed_before_join"] == 100 + (1 << 40) and t.totals()["lost"] == 0
     assert [r.ranges for r in rq.poll(0.0, now=0.0)] == [((0, 40),)]
     assert rq.poll(0.0, now=0.01) == []  # the rest waits for room
     assert t.on_repair("p", 1, 0, 40) == [(0, 40)]
@@ -201,8 +202,9 @@ def test_a_late_joiner_asks_the_history_for_what_came_before_it_as_room_allows()
     assert [r.ranges for r in rq.poll(0.25, now=0.2)] == [((40, 70),)]
     assert t.on_gone("p", 1, 40, 100) == 0  # forgotten by the sender: still "missed"
     tot = t.totals()
-    assert (tot["repaired"], tot["missed_before_join"], tot["beyond_history"]) == (40, 60, 0)
-    row = t.per_sender()[0]
+    assert (tot["repaired"], tot["missed_before_join"] - (1 << 40),
+            tot["beyond_history"]) == (40, 60, 0)
+    row = next(r for r in t.per_sender() if r["sender"] == "p")
     assert row["status"] == "incomplete" and row["missing_by_reason"] == {
         "missed_before_join": 60}
 
@@ -243,40 +245,56 @@ def test_what_the_history_no_longer_holds_is_reported_beyond_history():
                         + out.missed_before_join)
 
 
+
+def receiver(name: str = "r", capacity_msgs: int = 100, wall_offset: float = 0.0) -> ReceiverCore:
+    cfg = ReceiverConfig(mode="nak", stream="s", receiver_id=name, capacity_msgs=capacity_msgs,
+                         max_streams=4, max_frame_bytes=1 << 20)
+    return ReceiverCore(cfg, now=0.0, wall_offset=wall_offset)
+
+
 def test_the_sender_measures_the_round_trip_from_hello_answers():
     """A receiver's HELLO answer carries the sender's stamp back: the RTT is measured on
     the sender's clock alone; the group RTT is the largest; a forged echo from the far
     past is left out."""
-    tx = SenderCore(mode="nak", stream="s", sender_id="p", epoch=1, max_frame_bytes=1 << 20,
-                    wall_offset=100.0)
-    hello = tx.hello(now=1.0)
+    tx = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="p", epoch=1),
+                    now=0.0, wall_offset=100.0)
+    tx.want_receivers(2, 1.0)
+    tx.handle_timer(1.0)
+    (hello,) = tx.frames_to_send()
     for name, rx_offset, back in (("r1", -50.0, 1.03), ("r2", 7.0, 1.08)):
-        rx = ReceiverCore(mode="nak", stream="s", receiver_id=name, capacity_msgs=10,
-                          max_streams=4, max_frame_bytes=1 << 20, wall_offset=rx_offset)
-        (answer,) = rx.on_data(hello, lambda item: None, now=1.01)
-        tx.on_feedback(answer, now=back)
-    assert tx.rtt_s == pytest.approx(0.08)
-    assert tx.flow.controller.rtt_s == pytest.approx(0.08)  # type: ignore[attr-defined]
+        rx = receiver(name, capacity_msgs=10, wall_offset=rx_offset)
+        rx.receive_data(hello, 1.01)
+        (answer,) = rx.frames_to_send()
+        tx.receive_feedback(answer, back)
+    assert tx.receivers_ready() == 2 and tx.roster.rtt_s == pytest.approx(0.08)
+    assert tx.policy.controller.rtt_s == pytest.approx(0.08)  # type: ignore[attr-defined]
     forged = encode(Hello("s", "r3", "receiver", "nak", 0, 0, "p", 0.0))
-    tx.on_feedback(forged, now=2.0)
-    assert tx.rtt_s == pytest.approx(0.08) and tx.snapshot()["rtt_ms"] == 80.0
+    tx.receive_feedback(forged, 2.0)
+    assert tx.roster.rtt_s == pytest.approx(0.08) and tx.snapshot(2.0)["rtt_ms"] == 80.0
 
 
 def test_data_frames_advertise_the_group_rtt_and_receivers_time_naks_by_it():
     """After measuring the RTT the sender puts it in every DATA frame (NORM's GRTT);
     a receiver hands the largest recent one to its fill monitor; an absurd one is capped."""
-    tx = SenderCore(mode="nak", stream="s", sender_id="p", epoch=1, max_frame_bytes=1 << 20)
-    rx = ReceiverCore(mode="nak", stream="s", receiver_id="r", capacity_msgs=100,
-                      max_streams=4, max_frame_bytes=1 << 20)
+    tx = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="p", epoch=1), now=0.0)
+    rx = receiver()
     monitor = rx.flow.monitor  # type: ignore[attr-defined]
-    rx.on_data(tx.data([b"a"], now=0.0), lambda item: None, now=0.0)
-    assert decode(tx.data([b"b"], now=0.0)).grtt_us == 0 and monitor.rtt_s == 0.0
-    (answer,) = rx.on_data(tx.hello(now=1.0), lambda item: None, now=1.02)
-    tx.on_feedback(answer, now=1.05)
-    frame = tx.data([b"c"], now=1.1)
-    assert decode(frame).grtt_us == 50_000
-    rx.on_data(frame, lambda item: None, now=1.1)
+
+    def frame(payload: bytes, now: float) -> bytes:
+        assert tx.offer(payload, now) == 0.0
+        tx.flush(now)
+        (buf,) = tx.frames_to_send()
+        return buf
+
+    rx.receive_data(frame(b"a", 0.0), 0.0)
+    assert decode(frame(b"b", 0.0)).grtt_us == 0 and monitor.rtt_s == 0.0
+    tx.want_receivers(1, 1.0)
+    tx.handle_timer(1.0)
+    rx.receive_data(tx.frames_to_send()[0], 1.02)
+    tx.receive_feedback(rx.frames_to_send()[-1], 1.05)
+    buf = frame(b"c", 1.1)
+    assert decode(buf).grtt_us == 50_000
+    rx.receive_data(buf, 1.1)
     assert monitor.rtt_s == pytest.approx(0.05)
-    forged = encode(Data("s", "m", 1, 0, 1.0, (b"x",), 10**12))
-    rx.on_data(forged, lambda item: None, now=1.2)
+    rx.receive_data(encode(Data("s", "m", 1, 0, 1.0, (b"x",), 10**12)), 1.2)
     assert monitor.rtt_s == 2.0  # MAX_GRTT_S

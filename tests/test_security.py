@@ -14,9 +14,10 @@ import time
 import pytest
 import zmq
 
-from nakflow import ConfigError, Credit, FrameAuth, Nak, NakConfig, SharedKey, encode
+from nakflow import NakConfig, SharedKey
 from nakflow.receiver import Receiver
 from nakflow.sender import Sender
+from nakflow.wire import Credit, FrameAuth, Nak, encode
 from transports import Curve, EndpointError, SocketOptions
 
 
@@ -162,7 +163,7 @@ def test_only_authorised_senders_are_received(keys):
 
 
 def test_curve_misuse_is_a_clear_error(keys):
-    with pytest.raises(ConfigError, match="authorized_dir"):
+    with pytest.raises(EndpointError, match="authorized_dir"):
         Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", options=curve(keys, "receivers"))
     if zmq.has("pgm"):
         with pytest.raises(EndpointError, match="multicast"):

@@ -11,7 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from nakflow import AckConfig, CreditGranter, FillMonitor, NakConfig, RepairConfig
+from nakflow import AckConfig, NakConfig, RepairConfig
+from nakflow.policies import CreditGranter, FillMonitor
 from simulations import SCENARIOS, SimParams, VecCreditGranter, VecFillMonitor, simulate
 from simulations.cores import CoreSimParams, simulate_cores
 from simulations.events import simulate_events
@@ -235,7 +236,8 @@ def test_fanout_repair_model_agrees_with_the_cores_and_bounds_requests():
 
     p = CoreSimParams(receivers=30, rtt_s=0.01, duration_s=1.0, data_loss=0.01)
     r = simulate_cores(p, "nak", seed=3)
-    m = repair_requests(30, loss=0.01, frames_per_s=r["sent"] / p.batch, rtt_s=0.01, seed=3)
+    m = repair_requests(30, loss=0.01, frames_per_s=r["frames"] / p.duration_s, rtt_s=0.01,
+                        seed=3)
     assert 0.5 <= r["repair"]["requests"] / m["requests"] <= 2.0, (r["repair"], m)
     big = repair_requests(10_000, loss=0.01, frames_per_s=1_000, rtt_s=0.01,
                           repair=RepairConfig(backoff_s=0.2), seed=1)

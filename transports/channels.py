@@ -11,8 +11,10 @@ multicast group and nobody needs a list of anybody.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
@@ -208,3 +210,51 @@ def drain(sock: zmq.Socket[bytes], limit: int) -> list[bytes]:
     except zmq.Again:
         pass
     return out
+
+
+def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,
+                          data: str | Sequence[str], feedback: str | Sequence[str],
+                          overhear: str | Sequence[str], options: SocketOptions | None,
+                          ) -> tuple[Any, list[str], Any, list[str], Any, Any]:
+    """A receiver's sockets: (data SUB, its bound endpoints, feedback PUB, its bound
+    endpoints, overhearing SUB or None, CURVE authenticator or None); all closed again if
+    any of them fails. Over multicast the overhearing SUB joins the feedback group, where
+    the other receivers speak."""
+    curve = options.curve if options is not None else None
+    auth: Any = None
+    if curve is not None:
+        if not curve.authorized_dir:
+            raise EndpointError("a CURVE receiver needs authorized_dir (--curve-authorized): "
+                                "a directory of the public keys allowed to connect")
+        if not os.path.isdir(curve.authorized_dir):
+            raise EndpointError(f"CURVE authorized_dir {curve.authorized_dir!r} is not a "
+                                "directory (it holds the public keys allowed to connect)")
+        from zmq.auth.thread import ThreadAuthenticator
+
+        ctx = context or zmq.Context()  # the ZAP handler belongs to a context: its own
+        auth = ThreadAuthenticator(ctx)
+        auth.start()
+        auth.configure_curve(domain="*", location=curve.authorized_dir)
+    else:
+        ctx = context or zmq.Context.instance()
+    sockets: list[zmq.Socket[bytes]] = []
+    try:
+        sub, data_eps = open_sub(ctx, parse_endpoints(data), bind=True, options=options)
+        sockets.append(sub)
+        pub, fb_eps = open_pub(ctx, parse_endpoints(feedback), bind=True, options=options)
+        sockets.append(pub)
+        hear_uris = parse_endpoints(overhear) if overhear else []
+        fb_uris = parse_endpoints(feedback)
+        if any(is_multicast(u) for u in fb_uris):
+            hear_uris += fb_uris
+        hear = None
+        if hear_uris:
+            hear, _ = open_sub(ctx, hear_uris, bind=False, options=options)
+            sockets.append(hear)
+    except BaseException:
+        for sock in sockets:
+            sock.close(0)
+        if auth is not None:
+            auth.stop()
+        raise
+    return sub, data_eps, pub, fb_eps, hear, auth

@@ -1,16 +1,21 @@
-"""Checking an inbound frame, shared by both protocol cores: size, seal, codec, stream,
-replay. A frame that fails is counted (``malformed``, ``foreign``, or by the MAC) and
-dropped; the first problem of each kind is logged once."""
+"""What both protocol cores share: checking an inbound frame (size, seal, codec, stream,
+replay: a frame that fails is counted as ``malformed``, ``foreign`` or by the MAC, and
+dropped; the first problem of each kind is logged once), the outbox of frames to send,
+and the queue of events for the driver."""
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from ._auth import AuthError, FrameAuth, looks_sealed, origin, unseal
 from ._codec import decode
 from ._errors import ProtocolError
+from .events import Event, Mismatch
+
+MAX_EVENTS = 1024  # events kept for the driver; older ones are dropped
 
 
 def _is_frame(buf: bytes) -> bool:
@@ -22,8 +27,9 @@ def _is_frame(buf: bytes) -> bool:
     return True
 
 
-class InboundChecks:
-    """Mixin for SenderCore and ReceiverCore: ``_open(buf, now, decoder)``."""
+class Endpoint:
+    """Base of SenderCore and ReceiverCore: ``_open(buf, now, decoder)`` checks a frame;
+    ``outbox`` and ``frames_to_send``; ``_event`` and ``next_event``."""
 
     stream: str
     mac: FrameAuth | None
@@ -32,7 +38,9 @@ class InboundChecks:
     node_desc: str  # "sender" or "receiver", for the log
     _log: logging.Logger
 
-    def _init_checks(self) -> None:
+    def _init_endpoint(self) -> None:
+        self.outbox: list[bytes] = []
+        self._events: deque[Event] = deque(maxlen=MAX_EVENTS)
         self.malformed = 0
         self.foreign = 0
         #: frames from a peer configured differently: another mode, or another key (or
@@ -72,8 +80,22 @@ class InboundChecks:
             return None  # a replay, or too old: counted by the MAC
         return got
 
+    def frames_to_send(self) -> list[bytes]:
+        """The frames due, in order; the core forgets them."""
+        out, self.outbox = self.outbox, []
+        return out
+
+    def next_event(self) -> Event | None:
+        """The oldest event not yet taken (None: none)."""
+        return self._events.popleft() if self._events else None
+
+    def _event(self, event: Event) -> None:
+        self._events.append(event)
+
     def _mismatch(self, what: str) -> None:
-        """A peer runs another mode: counted, and logged once."""
+        """A peer runs another mode: counted, an event the first time, logged once."""
+        if not self.mode_mismatch:
+            self._event(Mismatch("mode", what))
         self.mode_mismatch += 1
         self._warn("mode", what)
 

@@ -1,0 +1,195 @@
+"""The asyncio sender: a driver of ``SenderCore`` on ``zmq.asyncio`` (see ``nakflow.aio``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
+
+from ._async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
+from ._config import SenderConfig, with_overrides
+from ._sender_core import SenderCore
+from .events import Event
+
+
+class AsyncSender:
+    """The asyncio twin of ``nakflow.Sender``: same arguments and config (no CURVE)."""
+
+    def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
+                 config: SenderConfig | None = None, *, options: SocketOptions | None = None,
+                 context: zmq.asyncio.Context | None = None,
+                 on_event: Callable[[Event], object] | None = None, **overrides: Any) -> None:
+        no_curve(options)
+        cfg = with_overrides(config, SenderConfig, overrides).named(
+            f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
+        t0 = time.monotonic()
+        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0)
+        self._on_event = on_event
+        ctx: Any = context or zmq.asyncio.Context.instance()  # its sockets are asyncio's
+        self._apub, _ = open_pub(ctx, parse_endpoints(data), bind=False, options=options)
+        self._asub, _ = open_sub(ctx, parse_endpoints(feedback), bind=False, options=options)
+        self._pub, self._sub = shadow(self._apub), shadow(self._asub)
+        self._timer = LoopTimer(self._on_timer)
+        self._progress = asyncio.Event()  # set whenever feedback or a timer was handled
+        self._reader: asyncio.Task[None] | None = None
+        self._shut = False
+
+    mode = property(lambda self: self.core.mode)
+    sender_id = property(lambda self: self.core.sender_id)
+    sent = seq = property(lambda self: self.core.sent)
+
+    async def send(self, payload: bytes, timeout: float | None = None) -> None:
+        """Send one message, waiting (without blocking the loop) as the policy says."""
+        core, now = self.core, time.monotonic()
+        wait = core.offer(payload, now)
+        if wait:
+            await self._wait(lambda t: core.offer(payload, t), wait, now, timeout)
+        if core.outbox or core.timer_changed:
+            self._transmit()
+
+    def try_send(self, payload: bytes) -> bool:
+        """Send one message if the policy allows it now; never waits. True: admitted (it
+        leaves with the frame being built; outside a running loop, at once)."""
+        core, now = self.core, time.monotonic()
+        ok = core.try_offer(payload, now)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop whose timer could end the linger: send now
+            core.flush(now)
+        self._transmit()
+        return ok
+
+    async def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
+        """Send many messages in few DATA frames, paced by the policy as a whole."""
+        core, done = self.core, 0
+
+        def offer(now: float) -> float:
+            nonlocal done
+            n, wait = core.offer_batch(payloads, done, now)
+            done += n
+            return wait if not n else 0.0
+
+        while done < len(payloads):
+            now = time.monotonic()
+            wait = offer(now)
+            self._transmit()
+            if wait:
+                await self._wait(offer, wait, now, timeout)
+
+    async def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
+        """Wait until ``n`` receivers answered HELLO (in ack mode: and granted credit)."""
+        core, now = self.core, time.monotonic()
+        end = now + timeout
+        core.want_receivers(n, now)
+        self._transmit()
+        try:
+            while (ready := core.receivers_ready()) < n:
+                if time.monotonic() >= end:
+                    raise TimeoutError(f"{ready} of {n} receivers answered in {timeout} s")
+                await self._progressed(end - time.monotonic())
+            return ready
+        finally:
+            core.want_receivers(0, time.monotonic())
+
+    def flush(self) -> None:
+        """The frame being built leaves; then END marks the stream complete."""
+        self.core.end(time.monotonic())
+        self._transmit()
+
+    async def close(self) -> None:
+        """END, answer repair requests while receivers ask, BYE, close the sockets."""
+        core = self.core
+        if self._shut:
+            return
+        self._shut = True
+        try:
+            core.close(time.monotonic())
+            self._transmit()
+            while not core.closed:
+                timer = core.get_timer()
+                await self._progressed(IDLE_POLL_S if timer is None
+                                       else timer - time.monotonic())
+        finally:
+            self._timer.cancel()
+            if self._reader is not None:
+                self._reader.cancel()
+            self._apub.close()
+            self._asub.close(0)
+
+    async def abort(self) -> None:
+        """Leave without END: receivers see this (sender, epoch) as incomplete."""
+        self.core.abort(time.monotonic())
+        await self.close()
+
+    async def __aenter__(self) -> AsyncSender:
+        self._transmit()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.core.snapshot(time.monotonic())
+
+    # -- the driver ---------------------------------------------------------------------
+    def _transmit(self) -> None:
+        """Send what the core hands out, pass its events on, re-arm its timer, make sure a
+        task reads feedback."""
+        core = self.core
+        for buf in core.frames_to_send():
+            self._pub.send(buf)
+        while (event := core.next_event()) is not None:
+            if self._on_event is not None:
+                self._on_event(event)
+        core.timer_changed = False
+        self._timer.arm(core.get_timer())
+        if self._reader is None and not core.closed:
+            with contextlib.suppress(RuntimeError):  # no running loop: started later
+                self._reader = asyncio.get_running_loop().create_task(self._read_feedback())
+
+    async def _read_feedback(self) -> None:
+        poller = zmq.asyncio.Poller()
+        poller.register(self._asub, zmq.POLLIN)
+        while not self.core.closed:
+            await poller.poll()
+            now = time.monotonic()
+            for buf in drain(self._sub, 10_000):
+                self.core.receive_feedback(buf, now)
+            self._after_input(now)
+
+    def _on_timer(self) -> None:
+        self._after_input(time.monotonic())
+
+    def _after_input(self, now: float) -> None:
+        timer = self.core.get_timer()
+        if timer is not None and now >= timer:
+            self.core.handle_timer(now)
+        self._transmit()
+        self._progress.set()
+
+    async def _progressed(self, timeout_s: float) -> None:
+        """Wait until feedback or a timer was handled, or ``timeout_s`` passed."""
+        self._progress.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._progress.wait(), max(0.0, timeout_s))
+
+    async def _wait(self, retry: Callable[[float], float], wait: float, now: float,
+                    timeout: float | None) -> None:
+        give_up = math.inf if timeout is None else now + timeout
+        self._transmit()  # what waits goes out before the sender waits
+        while wait:
+            await self._progressed(min(now + wait, give_up) - now)
+            now = time.monotonic()
+            wait = retry(now)
+            if wait and now >= give_up:
+                self.core.wait_over(now)
+                raise TimeoutError(f"no permission to send within {timeout} s ({self.mode})")

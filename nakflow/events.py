@@ -1,0 +1,68 @@
+"""What a protocol core tells its driver, one at a time (``core.next_event()``), as h11's
+events: plain frozen objects. Drivers log them and hand them to ``on_event`` if given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class."""
+
+
+@dataclass(frozen=True)
+class ReceiverJoined(Event):
+    """(sender) ``receiver`` answered this sender's HELLO for the first time."""
+
+    receiver: str
+
+
+@dataclass(frozen=True)
+class ReceiverLeft(Event):
+    """(sender) ``receiver`` left: ``bye`` (on purpose), ``evicted`` (ack: silent too long),
+    or ``disconnected`` (ack: its connection closed and it stayed silent)."""
+
+    receiver: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BeyondHistory(Event):
+    """(sender) a receiver asked for seqs [lo, hi) the history no longer held (GONE)."""
+
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class Mismatch(Event):
+    """(both) a peer runs another mode (``what`` "mode") or key (``what`` "key")."""
+
+    what: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class StreamEnded(Event):
+    """(receiver) END arrived from a stream this receiver heard: every seq below
+    ``final_seq`` was sent."""
+
+    sender: str
+    epoch: int
+    final_seq: int
+
+
+@dataclass(frozen=True)
+class SenderLeft(Event):
+    """(receiver) a sender this receiver heard left without END (aborted)."""
+
+    sender: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Closed(Event):
+    """(sender) the stream is over here: END answered for long enough (or aborted), BYE
+    sent. Nothing more will come out of the core."""

@@ -1,0 +1,31 @@
+"""The wire protocol, documented: nakflow's frames and their codec (``nakflow._codec``).
+
+For tools that speak to nakflow nodes or look at their traffic (the chaos run, fuzzers,
+a packet dissector): every frame is a msgpack array ``[VERSION, type, *fields]``;
+``decode`` returns one of the frame classes below or raises ``ProtocolError``.
+"""
+
+from ._auth import FrameAuth
+from ._codec import (
+    DEFAULT_MAX_FRAME_BYTES,
+    VERSION,
+    Bye,
+    Credit,
+    Data,
+    End,
+    Frame,
+    Gone,
+    Hello,
+    Nak,
+    RData,
+    Repair,
+    decode,
+    decode_data,
+    encode,
+    encode_data,
+)
+from ._errors import ProtocolError
+
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "VERSION", "Bye", "Credit", "Data", "End", "Frame",
+           "FrameAuth", "Gone", "Hello", "Nak", "ProtocolError", "RData", "Repair", "decode",
+           "decode_data", "encode", "encode_data"]

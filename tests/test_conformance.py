@@ -1,0 +1,151 @@
+"""One suite, every driver: the threaded Sender/Receiver, the asyncio ones and the
+simulator's SimLink run the same protocol cores and must behave alike: ordering, the
+accounting identity, natural batching's linger, close and abort, the lifecycle, repair,
+bad frames and the mode mismatch (tests/conformance.py has the three drivers)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from nakflow import LocalProtocolError
+from tests.conformance import DRIVERS
+
+pytestmark = pytest.mark.parametrize("driver", sorted(DRIVERS))
+
+
+def run(driver: str, scenario: Callable[[Any], Awaitable[None]], tx: dict[str, Any] | None = None,
+        rx: dict[str, Any] | None = None) -> None:
+    async def main() -> None:
+        pair = DRIVERS[driver]({"mode": "nak", **(tx or {})},
+                               {"mode": "nak", "capacity_msgs": 20_000, **(rx or {})})
+        try:
+            await pair.ready()
+            await scenario(pair)
+        finally:
+            await pair.shutdown()
+
+    asyncio.run(main())
+
+
+def test_messages_arrive_in_order_complete_and_accounted(driver: str) -> None:
+    async def scenario(pair: Any) -> None:
+        for i in range(3_000):
+            await pair.send(b"m%d" % i)
+        await pair.close()
+        got = await pair.collect()
+        assert [m.seq for m in got] == list(range(3_000))
+        assert [m.payload for m in got[:2]] == [b"m0", b"m1"]
+        tx, rx = pair.snapshots()
+        (stream,) = rx["senders"]
+        assert (stream["status"], stream["missing"], stream["final_seq"]) == ("complete", 0,
+                                                                              3_000)
+        assert rx["received"] == rx["delivered"] == tx["sent"] == 3_000
+        assert tx["frames"] < 3_000  # natural batching coalesced them
+        assert tx["state"] == "closed"
+
+    run(driver, scenario)
+
+
+def test_send_batch_goes_in_few_frames(driver: str) -> None:
+    async def scenario(pair: Any) -> None:
+        await pair.send_batch([b"x" * 50] * 5_000)
+        await pair.close()
+        assert len(await pair.collect()) == 5_000
+        tx, _ = pair.snapshots()
+        assert tx["frames"] <= 10
+
+    run(driver, scenario)
+
+
+def test_a_lone_message_leaves_when_its_linger_is_over(driver: str) -> None:
+    """The application sends one message and goes away: the driver's timer sends it."""
+    async def scenario(pair: Any) -> None:
+        await pair.send(b"alone")
+        await pair.send(b"company")  # right after: it joins the first one's frame
+        await pair.idle(0.2)
+        _, rx = pair.snapshots()
+        assert rx["received"] == 2 and rx["frames"] >= 1
+
+    run(driver, scenario, tx={"linger_s": 0.005})
+
+
+def test_abort_leaves_the_stream_incomplete_and_the_sender_counted_as_gone(driver: str) -> None:
+    async def scenario(pair: Any) -> None:
+        for i in range(100):
+            await pair.send(b"%d" % i)
+        await pair.abort()
+        got = await pair.collect()  # a sender that left counts as finished
+        assert len(got) == 100
+        tx, rx = pair.snapshots()
+        (stream,) = rx["senders"]
+        assert stream["status"] == "incomplete" and stream["final_seq"] is None
+        assert tx["state"] == "closed"
+
+    run(driver, scenario)
+
+
+def test_data_after_end_is_refused_by_the_lifecycle(driver: str) -> None:
+    async def scenario(pair: Any) -> None:
+        await pair.send(b"one")
+        await pair.end()
+        with pytest.raises(LocalProtocolError, match="after END"):
+            await pair.send(b"two")
+        await pair.close()
+        assert [m.payload for m in await pair.collect()] == [b"one"]
+
+    run(driver, scenario)
+
+
+def test_repair_makes_a_lossy_stream_whole(driver: str) -> None:
+    async def scenario(pair: Any) -> None:
+        for i in range(3_000):
+            await pair.send(b"%d" % i)
+        await pair.close()
+        got = await pair.collect()
+        _, rx = pair.snapshots()
+        assert sorted(m.seq for m in got) == list(range(3_000))
+        assert rx["test_dropped"] > 0 and rx["repaired"] > 0
+        assert rx["senders"][0]["status"] == "complete"
+
+    run(driver, scenario, rx={"test_data_loss": 0.1}, tx={"frame_msgs": 16})
+
+
+def test_bad_frames_are_counted_and_dropped_and_the_stream_goes_on(driver: str) -> None:
+    async def scenario(pair: Any) -> None:
+        for junk in (b"\x00garbage", b"\x93\x01\x63\x00", b"\xc1\x01" + b"x" * 40):
+            await pair.inject(junk)
+        for i in range(500):
+            await pair.send(b"%d" % i)
+        await pair.close()
+        assert len(await pair.collect()) == 500
+        _, rx = pair.snapshots()
+        assert rx["malformed"] == 3 and rx["senders"][0]["status"] == "complete"
+
+    run(driver, scenario)
+
+
+def test_a_peer_in_another_mode_is_counted_on_both_sides(driver: str) -> None:
+    async def scenario(pair: Any) -> None:
+        for i in range(50):
+            await pair.send(b"%d" % i)
+        await pair.close()
+        await pair.collect()
+        tx, rx = pair.snapshots()
+        assert tx["mode_mismatch"] > 0 and rx["mode_mismatch"] > 0
+
+    run(driver, scenario, rx={"mode": "ack"})
+
+
+def test_try_send_never_waits_and_counts_refusals(driver: str) -> None:
+    async def scenario(pair: Any) -> None:
+        results = [pair.try_send(b"x") for _ in range(50_000)]
+        assert all(isinstance(r, bool) for r in results)
+        assert True in results and False in results
+        tx, _ = pair.snapshots()
+        assert tx["try_refused"] == results.count(False)
+
+    run(driver, scenario, tx={"nak": __import__("nakflow").NakConfig(initial_rate_msgs=1_000)})
