@@ -4,13 +4,22 @@ Every frame is a msgpack array ``[version, type, *fields]``. Decoding any
 bytes of any size returns a frame or raises ProtocolError — never another
 exception, never unbounded work (the input is capped at ``max_frame_bytes``
 before msgpack sees it, and msgpack bounds every container by the input size).
+
+Extending a frame: new fields go at the end, with a default (``Nak.signal`` and
+``Nak.rate``, ``Repair.to_me`` came this way in wire revision 2, ``Hello.announce`` in
+3). A decoder accepts a frame without them (from an older peer: the defaults apply) and
+ignores up to MAX_UNKNOWN_FIELDS trailing fields it does not know (from a newer one).
+``encode`` leaves out trailing fields that hold their default, so a frame that uses no
+new field is the frame an older peer knows. Decoders of revision 1 required the exact
+field count, so they count a NAK that says its signal as malformed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import MISSING, astuple, dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any, Union
 
 import msgpack
@@ -18,6 +27,11 @@ import msgpack
 from ._errors import ProtocolError
 
 VERSION = 1
+#: Revision of the frame layouts within VERSION (2: NAK carries signal and rate, REPAIR
+#: to_me; 3: a sender's HELLO may be an announcement of its last seq).
+WIRE_REVISION = 3
+#: Trailing fields a decoder does not know and skips (a newer peer's additions), at most.
+MAX_UNKNOWN_FIELDS = 8
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 MAX_NAME_CHARS = 256
 MAX_BATCH = 65_536
@@ -46,13 +60,26 @@ class Data:
 
 @dataclass(frozen=True, slots=True)
 class Nak:
-    """A receiver's queue reached ``level`` percent (``fill`` is the exact percent)."""
+    """A receiver's queue reached ``level`` percent (``fill`` is the exact percent).
+
+    ``signal`` says what filled it (``SIGNALS``: its queue, the path's queueing delay,
+    loss in flight, a silent path, an I/O thread behind, repairs; 0: not said, an older
+    receiver); ``rate`` is what the receiver took over the last window, msgs/s (0: not
+    said). Both are for the sender's attribution and rate choice."""
 
     stream: str
     receiver: str
     level: int
     fill: float
     ts: float
+    signal: int = 0
+    rate: float = 0.0
+
+
+#: What a NAK's ``signal`` says filled the receiver: code -> name.
+SIGNALS = {0: "unknown", 1: "queue", 2: "delay", 3: "loss", 4: "silence", 5: "io",
+           6: "repair", 7: "paused"}
+SIGNAL_CODES = {name: code for code, name in SIGNALS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +98,12 @@ class Credit:
 class Hello:
     """Presence. A sender's HELLO carries the next seq it will send; a receiver's
     HELLO that answers a sender's names it in ``echo`` ("" otherwise) and carries the
-    sender's ``ts`` back, so the sender measures the round trip on its own clock."""
+    sender's ``ts`` back, so the sender measures the round trip on its own clock.
+
+    ``announce`` (revision 3): a sender's periodic word, while it is idle and for a
+    while after END, that every seq below ``next_seq`` was sent (PGM's SPM, NORM's
+    flush): a receiver that missed the tail counts it lost (and asks for it) instead of
+    waiting. Receivers do not answer it."""
 
     stream: str
     node: str
@@ -81,6 +113,7 @@ class Hello:
     next_seq: int
     echo: str
     ts: float
+    announce: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +154,12 @@ class RData:
 
 @dataclass(frozen=True, slots=True)
 class Repair:
-    """``receiver`` asks (``sender``, ``epoch``) to re-send the half-open seq ``ranges``."""
+    """``receiver`` asks (``sender``, ``epoch``) to re-send the half-open seq ``ranges``.
+
+    ``to_me`` (revision 2): only this receiver misses them (its own queue dropped them, or
+    it joined late): the sender re-sends them to it alone where the transport can (a
+    topic of its own: ``target_prefix``), and other receivers do not hold back their own
+    requests for them."""
 
     stream: str
     receiver: str
@@ -129,6 +167,7 @@ class Repair:
     epoch: int
     ranges: tuple[tuple[int, int], ...]
     ts: float
+    to_me: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,16 +196,40 @@ pack_frame = _packb
 
 
 def encode(frame: Frame) -> bytes:
-    """Serialise a frame."""
+    """Serialise a frame (trailing fields that hold their default are left out)."""
     fields = list(astuple(frame))
-    if isinstance(frame, Data):
-        fields[-2] = list(frame.payloads)
-    elif isinstance(frame, RData):
-        fields[-1] = list(frame.payloads)
+    if isinstance(frame, (Data, RData)):
+        fields[5] = list(frame.payloads)
     elif isinstance(frame, Repair):
-        fields[-2] = [list(r) for r in frame.ranges]
+        fields[4] = [list(r) for r in frame.ranges]
+    for default in _TRAILING_DEFAULTS[type(frame)]:
+        if fields[-1] is not default and fields[-1] != default:
+            break
+        fields.pop()
     out: bytes = _packb([VERSION, _TYPE_OF[type(frame)], *fields])
     return out
+
+
+#: A frame meant for one receiver only travels behind this prefix and the receiver's id
+#: (and a NUL): ZeroMQ's SUB filters on it, so the others never even read it. Nothing
+#: else starts with it: msgpack never uses 0xC1, and a sealed frame goes on with 0x01.
+TARGET_MAGIC = b"\xc1\x02"
+
+
+def target_prefix(receiver: str) -> bytes:
+    """The topic a frame for ``receiver`` alone is sent behind."""
+    return TARGET_MAGIC + receiver.encode() + b"\x00"
+
+
+def untarget(buf: bytes) -> bytes:
+    """``buf`` without a target prefix (unchanged if it has none). Raises ProtocolError
+    if the prefix does not end."""
+    if buf[:2] != TARGET_MAGIC:
+        return buf
+    end = buf.find(b"\x00", 2, 2 + 4 * MAX_NAME_CHARS + 1)
+    if end < 0:
+        raise ProtocolError("a target prefix without its end")
+    return buf[end + 1:]
 
 
 def encode_data(stream: str, sender: str, epoch: int, seq: int, ts: float,
@@ -198,6 +261,24 @@ def _level(v: Any) -> int:
 def _fill(v: Any) -> float:
     if type(v) not in (int, float) or not (math.isfinite(v) and 0 <= v <= 1000):
         raise ProtocolError("expected a fill percent in [0, 1000]")
+    return float(v)
+
+
+def _bool(v: Any) -> bool:
+    if type(v) is not bool:
+        raise ProtocolError("expected true or false")
+    return v
+
+
+def _signal(v: Any) -> int:
+    if type(v) is not int or not 0 <= v <= 255:
+        raise ProtocolError("expected a signal code in [0, 255]")
+    return v
+
+
+def _rate(v: Any) -> float:
+    if type(v) not in (int, float) or not (math.isfinite(v) and 0 <= v <= 1e12):
+        raise ProtocolError("expected a rate in [0, 1e12] msgs/s")
     return float(v)
 
 
@@ -247,17 +328,29 @@ def _ranges(v: Any) -> tuple[tuple[int, int], ...]:
 
 
 _Validator = Callable[[Any], Any]
+#: type -> (frame class, validators of its fields in order). The fields a class gives a
+#: default may be missing at the end of a frame (``_REQUIRED``: how many may not).
 _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
     T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads, _uint)),
-    T_NAK: (Nak, (_name, _name, _level, _fill, _ts)),
+    T_NAK: (Nak, (_name, _name, _level, _fill, _ts, _signal, _rate)),
     T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
-    T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts)),
+    T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts, _bool)),
     T_BYE: (Bye, (_name, _name, _role, _uint, _ts)),
     T_END: (End, (_name, _name, _uint, _uint, _ts)),
     T_RDATA: (RData, (_name, _name, _uint, _uint, _ts, _payloads)),
-    T_REPAIR: (Repair, (_name, _name, _name, _uint, _ranges, _ts)),
+    T_REPAIR: (Repair, (_name, _name, _name, _uint, _ranges, _ts, _bool)),
     T_GONE: (Gone, (_name, _name, _uint, _uint, _uint, _ts)),
 }
+
+
+_REQUIRED = {t: sum(1 for f in dataclass_fields(cls) if f.default is MISSING)
+             for t, (cls, _v) in _SCHEMA.items()}
+#: The defaults of the trailing fields added after revision 1, last first (what ``encode``
+#: may omit; DATA's ``grtt_us`` is in every DATA frame, as ``encode_data`` writes it).
+_TRAILING_DEFAULTS: dict[type, tuple[Any, ...]] = {
+    cls: (tuple(f.default for f in reversed(dataclass_fields(cls))
+                if f.default is not MISSING) if cls in (Nak, Repair, Hello) else ())
+    for cls, _v in _SCHEMA.values()}
 
 
 def decode(buf: bytes | bytearray | memoryview,
@@ -279,9 +372,12 @@ def decode(buf: bytes | bytearray | memoryview,
         raise ProtocolError(f"unknown frame type {ftype!r}")
     cls, validators = entry
     fields = obj[2:]
-    if len(fields) != len(validators):
-        raise ProtocolError(f"{cls.__name__} takes {len(validators)} fields, got {len(fields)}")
-    frame: Frame = cls(*[check(v) for check, v in zip(validators, fields, strict=True)])
+    n, required = len(fields), _REQUIRED[ftype]
+    if not required <= n <= len(validators) + MAX_UNKNOWN_FIELDS:
+        raise ProtocolError(f"{cls.__name__} takes {required} to {len(validators)} fields, "
+                            f"got {n}")
+    frame: Frame = cls(*[check(v) for check, v in zip(validators, fields[:len(validators)],
+                                                      strict=False)])
     if type(frame) is Gone and frame.lo >= frame.hi:
         raise ProtocolError("GONE needs lo < hi")
     return frame

@@ -42,7 +42,6 @@ SENDER_COUNTERS = (
     ("nakflow_credit_stalled_seconds", "credit_stalled_s",
      "Seconds the sender had no credit (ack mode)"),
     ("nakflow_try_send_refused", "try_refused", "try_send() calls that said not now"),
-    ("nakflow_rate_cuts", "cuts", "Rate-limit cuts on NAKs"),
     ("nakflow_feedback_frames_received", "feedback_frames",
      "Feedback frames received (NAKs, credits, repair requests, HELLOs)"),
     ("nakflow_feedback_malformed", "feedback_malformed",
@@ -138,6 +137,7 @@ def snapshot_metrics(snap: Mapping[str, Any]) -> list[Metric]:
     for level, count in sorted((snap.get(naks_key) or {}).items()):
         naks.add_metric([*values, str(level)], float(count))
     out.append(naks)
+    _by_signal(out, names, values, role, snap)
     if role == "sender":
         repair = snap.get("repair") or {}
         add(CounterMetricFamily, "nakflow_repair_requests_received",
@@ -172,6 +172,35 @@ def snapshot_metrics(snap: Mapping[str, Any]) -> list[Metric]:
                 family.add_metric([*values, q], v / 1000.0)
         out.append(family)
     return out
+
+
+def _by_signal(out: list[Metric], names: list[str], values: list[str], role: str,
+               snap: Mapping[str, Any]) -> None:
+    """Cuts and holds (sender) or NAKs (receiver) by the signal behind them, and the
+    receiver that limits the sender now (an info metric: value 1, the labels say who)."""
+    if role == "receiver":
+        sent = CounterMetricFamily("nakflow_nak_signals", "NAKs sent, by what filled the "
+                                   "receiver (queue, delay, loss, silence, io, repair)",
+                                   labels=[*names, "signal"])
+        for signal, count in sorted((snap.get("naks_by_signal") or {}).items()):
+            sent.add_metric([*values, signal], float(count))
+        out.append(sent)
+        return
+    for name, key, doc in (("nakflow_rate_cuts", "cuts_by_signal",
+                            "Rate-limit cuts, by the signal of the NAK that cut"),
+                           ("nakflow_rate_holds", "holds_by_signal",
+                            "NAKs that kept the rate limit from rising, by signal")):
+        family = CounterMetricFamily(name, doc, labels=[*names, "signal"])
+        for signal, count in sorted((snap.get(key) or {}).items()):
+            family.add_metric([*values, signal], float(count))
+        out.append(family)
+    limiting = snap.get("limiting")
+    if limiting:
+        info = GaugeMetricFamily("nakflow_limiting_receiver_info", "The receiver whose NAK "
+                                 "cut the rate last, and why", labels=[*names, "receiver",
+                                                                       "signal"])
+        info.add_metric([*values, limiting["receiver"], limiting["signal"]], 1.0)
+        out.append(info)
 
 
 class _Fixed:

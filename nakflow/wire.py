@@ -8,6 +8,8 @@ a packet dissector): every frame is a msgpack array ``[VERSION, type, *fields]``
 from ._auth import FrameAuth
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
+    SIGNALS,
+    TARGET_MAGIC,
     VERSION,
     Bye,
     Credit,
@@ -23,9 +25,12 @@ from ._codec import (
     decode_data,
     encode,
     encode_data,
+    target_prefix,
+    untarget,
 )
 from ._errors import ProtocolError
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "VERSION", "Bye", "Credit", "Data", "End", "Frame",
-           "FrameAuth", "Gone", "Hello", "Nak", "ProtocolError", "RData", "Repair", "decode",
-           "decode_data", "encode", "encode_data"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "SIGNALS", "TARGET_MAGIC", "VERSION", "Bye", "Credit",
+           "Data", "End", "Frame", "FrameAuth", "Gone", "Hello", "Nak", "ProtocolError",
+           "RData", "Repair", "decode", "decode_data", "encode", "encode_data",
+           "target_prefix", "untarget"]

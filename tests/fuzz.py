@@ -32,7 +32,8 @@ ts = st.floats(allow_nan=False, allow_infinity=False)
 frames = st.one_of(
     st.builds(Data, names, names, u63, u63, ts,
               st.lists(st.binary(max_size=40), min_size=1, max_size=5).map(tuple), u63),
-    st.builds(Nak, names, names, st.integers(1, 100), st.floats(0, 1000), ts),
+    st.builds(Nak, names, names, st.integers(1, 100), st.floats(0, 1000), ts,
+              st.integers(0, 255), st.floats(0, 1e12)),
     st.builds(Credit, names, names, names, u63, u63, ts),
     st.builds(Hello, names, names, st.sampled_from(["sender", "receiver"]),
               st.sampled_from(["nak", "ack", "none"]), u63, u63, st.text(max_size=5), ts),
@@ -43,7 +44,7 @@ frames = st.one_of(
     st.builds(Repair, names, names, names, u63,
               st.lists(st.tuples(st.integers(0, MAX - 1), st.integers(1, 1000)).map(
                   lambda r: (r[0], min(MAX, r[0] + r[1]))), min_size=1, max_size=64).map(tuple),
-              ts),
+              ts, st.booleans()),
     st.tuples(names, names, u63, st.integers(0, MAX - 1), st.integers(1, 1000), ts).map(
         lambda t: Gone(t[0], t[1], t[2], t[3], min(MAX, t[3] + t[4]), t[5])),
 )

@@ -124,3 +124,24 @@ def test_decode_data_hot_path_agrees_with_decode_on_anything(obj):
                         list(full.payloads), full.grtt_us) or fast == full
     else:
         assert fast == full
+
+
+def test_frames_extend_at_the_end_both_ways():
+    """Wire revision 2: an older peer's NAK (without signal and rate) decodes with the
+    defaults; a newer peer's trailing fields are skipped, up to MAX_UNKNOWN_FIELDS."""
+    from nakflow._codec import MAX_UNKNOWN_FIELDS, T_NAK, VERSION
+
+    old = msgpack.packb([VERSION, T_NAK, "s", "r1", 75, 80.0, 1.0])
+    assert decode(old) == Nak("s", "r1", 75, 80.0, 1.0, 0, 0.0)
+    new = Nak("s", "r1", 75, 80.0, 1.0, 2, 19_500.0)
+    assert decode(encode(new)) == new
+    newer = msgpack.packb([VERSION, T_NAK, "s", "r1", 75, 80.0, 1.0, 2, 19_500.0, "x", 7])
+    assert decode(newer) == new
+    too_many = msgpack.packb([VERSION, T_NAK, "s", "r1", 75, 80.0, 1.0, 2, 1.0]
+                             + [0] * (MAX_UNKNOWN_FIELDS + 1))
+    with pytest.raises(ProtocolError):
+        decode(too_many)
+    with pytest.raises(ProtocolError):  # the required ones stay required
+        decode(msgpack.packb([VERSION, T_NAK, "s", "r1", 75, 80.0]))
+    with pytest.raises(ProtocolError):
+        decode(encode(Nak("s", "r1", 75, 80.0, 1.0, 2, -1.0)))
