@@ -19,6 +19,7 @@ from transports import SocketOptions, drain, open_receiver_sockets
 from ._async_common import IDLE_POLL_S, no_curve, shadow
 from ._config import ReceiverConfig, with_overrides
 from ._delivery_queue import DeliveryQueue
+from ._lateness import Lateness
 from ._receiver_core import Key, Message, ReceiverCore
 from .events import Event
 
@@ -41,7 +42,8 @@ class AsyncReceiver:
                                  rng=random.Random())
         self._on_event = on_event
         ctx: Any = context or zmq.asyncio.Context.instance()
-        sockets = open_receiver_sockets(ctx, data, feedback, overhear, options)
+        sockets = open_receiver_sockets(ctx, data, feedback, overhear, options,
+                                        self.core.subscriptions())
         self._adata, self.data_endpoints, self._afb, self.feedback_endpoints = sockets[:4]
         self._ahear = sockets[4]
         self._data, self._fb = shadow(self._adata), shadow(self._afb)
@@ -67,14 +69,18 @@ class AsyncReceiver:
             for sock in (self._adata if with_data else None, self._ahear):
                 if sock is not None:
                     poller.register(sock, zmq.POLLIN)
+        lateness = Lateness()
         try:
             while True:
+                now = time.monotonic()
                 timer = core.get_timer()
-                wait = IDLE_POLL_S if timer is None else timer - time.monotonic()
+                wait = IDLE_POLL_S if timer is None else timer - now
                 read = core.wants_data(queue.full) and not core.deliveries()
+                lateness.wait_started(now)
                 events = await pollers[read].poll(max(0, math.ceil(wait * 1000)))
                 ready = {sock for sock, _ in events}
                 now = time.monotonic()
+                core.late(lateness.woke(now), now)
                 if self._adata in ready:
                     for buf in drain(self._data, core.read_chunk):
                         core.receive_data(buf, now)
@@ -88,6 +94,8 @@ class AsyncReceiver:
             self.error = exc
             self._arrived.set()
             raise
+        finally:
+            lateness.close()
 
     def _step(self, now: float) -> None:
         core = self.core

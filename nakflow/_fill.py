@@ -246,6 +246,22 @@ class LossMonitor:
         return self.fill
 
 
+def interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
+    """The fill ``x`` stands for on the piecewise-linear curve through ``points`` ((at,
+    fill), ``at`` decreasing): 0 below the lowest point, the highest fill above the
+    highest, in between proportional. A standing queue that shrinks then shows as a fill
+    that falls, which the sender reads as draining (no re-cut), where fixed steps would
+    repeat the same level until it drops below a threshold."""
+    hi_at, hi_fill = points[0]
+    if x >= hi_at:
+        return hi_fill
+    for at, fill in points[1:]:
+        if x >= at:
+            return fill + (hi_fill - fill) * (x - at) / (hi_at - at)
+        hi_at, hi_fill = at, fill
+    return 0.0
+
+
 DELAY_BASE_S = 60.0  # the base delay is the lowest of this long (in 6 buckets)
 DELAY_SENDERS = 1024  # senders whose delay is followed at once, at most (least recent out)
 #: A sender whose frames were queueing and then stopped coming (a multicast repair
@@ -265,8 +281,9 @@ class DelayMonitor:
 
     def __init__(self, delay_fill: Sequence[tuple[float, float]], window_s: float) -> None:
         self.delay_fill, self.window_s = tuple(delay_fill), window_s
-        self._win: dict[str, float] = {}  # sender -> lowest delay in this window
-        self._last: dict[str, float] = {}  # ... in the last window
+        #: sender -> [lowest delay in this window, lowest with the reader's lateness off]
+        self._win: dict[str, list[float]] = {}
+        self._last: dict[str, list[float]] = {}  # ... in the last window
         self._base: dict[str, list[list[float]]] = {}  # sender -> [[bucket start, min]]
         self._congested: dict[str, tuple[float, float]] = {}  # sender -> (queueing, at)
         self._t: float | None = None
@@ -274,17 +291,25 @@ class DelayMonitor:
         self.queueing_s = 0.0
         self.windows = 0  # windows whose delay counted as a fill
         self.silent_windows = 0  # ... of those, on a congested sender's silence
+        self.silent = False  # the last window's fill came from a silence
 
-    def on_delay(self, sender: str, delay_s: float) -> None:
+    def on_delay(self, sender: str, delay_s: float, late_s: float = 0.0) -> None:
+        """A frame of ``sender`` took ``delay_s`` (its stamp to now), of which up to
+        ``late_s`` the reading process was late (not the path's): the path's queueing is
+        judged on ``delay_s - late_s``, the base on ``delay_s`` alone (a frame that waited
+        less than the lateness must not pull the base down)."""
         if not self.delay_fill:
             return  # off (ack, none, or switched off): observe() never clears the window
         win = self._win
-        lowest = win.get(sender)
-        if lowest is None:
+        row = win.get(sender)
+        if row is None:
             if len(win) < DELAY_SENDERS:  # bounded whatever ids arrive
-                win[sender] = delay_s
-        elif delay_s < lowest:
-            win[sender] = delay_s
+                win[sender] = [delay_s, delay_s - late_s]
+            return
+        if delay_s < row[0]:
+            row[0] = delay_s
+        if delay_s - late_s < row[1]:
+            row[1] = delay_s - late_s
 
     def forget(self, sender: str) -> None:
         """The sender ended or left: its silence means nothing."""
@@ -298,10 +323,10 @@ class DelayMonitor:
             self._last = win
             first = self.delay_fill[-1][0]
             worst = 0.0
-            for sender, lowest in win.items():
+            for sender, (lowest, lowest_path) in win.items():
                 if sender not in last:
                     continue  # followed from its second window on: a stream, not a stray
-                q = self._queueing(sender, lowest, now)
+                q = self._queueing(sender, lowest, lowest_path, now)
                 if q >= first:
                     self._congested[sender] = (q, now)
                 else:
@@ -316,12 +341,13 @@ class DelayMonitor:
                 else:
                     silent = max(silent, q + now - at)
             self.queueing_s = max(worst, silent)
-            self.fill = next((f for at, f in self.delay_fill if self.queueing_s >= at), 0.0)
+            self.fill = interpolate(self.delay_fill, self.queueing_s)
             self.windows += self.fill > 0
-            self.silent_windows += silent > worst
+            self.silent = silent > worst
+            self.silent_windows += self.silent
         return self.fill
 
-    def _queueing(self, sender: str, lowest: float, now: float) -> float:
+    def _queueing(self, sender: str, lowest: float, lowest_path: float, now: float) -> float:
         buckets = self._base.pop(sender, None) or []
         self._base[sender] = buckets  # (re)inserted last: the most recently heard
         if len(self._base) > DELAY_SENDERS:
@@ -332,7 +358,7 @@ class DelayMonitor:
                 del buckets[0]
         elif lowest < buckets[-1][1]:
             buckets[-1][1] = lowest
-        return max(0.0, lowest - min(b[1] for b in buckets))
+        return max(0.0, lowest_path - min(b[1] for b in buckets))
 
 
 from ._speedups import use_compiled  # noqa: E402

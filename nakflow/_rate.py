@@ -159,29 +159,42 @@ class NakRateController:
         """Take back ``n`` messages counted by ``on_sent`` but never sent."""
         self._meter.unsend(n)
 
-    def on_nak(self, level: int, *, now: float, fill: float | None = None) -> bool:
+    def count_nak(self, level: int) -> int | None:
+        """Count a NAK of ``level`` as received (``naks_received``, by the level it counts
+        as); None (and counted as ignored): below every level."""
+        factor_level = next((lv for lv in self._levels_desc if level >= lv), None)
+        if factor_level is None:
+            self.ignored += 1
+        else:
+            self.naks_received[factor_level] = self.naks_received.get(factor_level, 0) + 1
+        return factor_level
+
+    def on_nak(self, level: int, *, now: float, fill: float | None = None,
+               rate: float = 0.0) -> bool:
         """Apply a NAK of ``level`` percent heard at ``now``. True if it cut the limit.
 
         ``fill`` (the exact percent the NAK reports) lets a repeat tell a draining
         queue from a growing one: after the hold, a NAK no stronger than the last
         cut cuts again only if its fill is at least the fill that caused that cut.
+        ``rate`` (what the receiver reports it can take, msgs/s; 0: not said) bounds the
+        cut from below at ``rate_shares[level]`` of it, and the curve's plateau W from
+        above: the limit settles just under the receiver's capacity.
         """
         now = max(now, self._last_now)
         self._last_now = now
-        factor_level = next((lv for lv in self._levels_desc if level >= lv), None)
+        factor_level = self.count_nak(level)
         if factor_level is None:
-            self.ignored += 1
             return False
-        self.naks_received[factor_level] = self.naks_received.get(factor_level, 0) + 1
         current = self.rate(now=now)
         cfg = self.config
         in_window = now < self._window_start + cfg.window_s
         if in_window:
-            if factor_level <= self._window_level:
+            if self._cut_to(factor_level, self._window_base, rate) >= current:
+                self.holds += 1  # no deeper than the window's cut: it only keeps the limit
                 self._block_increase(now, current)
                 return False
-            # stronger NAK in the same window: deepen the cut, same base
-            self._cut(factor_level, self._window_base, now)
+            # a stronger NAK in the same window: deepen the cut, same base
+            self._cut(max(factor_level, self._window_level), self._window_base, now, rate)
             self._cut_fill = fill
             return True
         if factor_level <= self._cut_level and (
@@ -197,19 +210,39 @@ class NakRateController:
             base = max(measured, cfg.min_rate_msgs)
         self._window_start = now
         self._window_base = base
-        self._cut(factor_level, base, now)
+        self._cut(factor_level, base, now, rate)
         self._cut_fill = fill
         return True
 
+    def restore(self, rate: float, *, now: float) -> None:
+        """Back to ``rate`` (the limit before cuts now known to have been for nothing: a
+        receiver whose consumer paused), if it is above the limit now; the episode ends."""
+        cfg = self.config
+        rate = min(max(rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
+        if rate > self.rate(now=now):
+            self._episode = False
+            self._hold_until = -math.inf
+            self._w = rate
+            self._set_origin(rate, now)
+
     # -- internals -----------------------------------------------------------
-    def _cut(self, level: int, base: float, now: float) -> None:
+    def _cut_to(self, level: int, base: float, rate: float) -> float:
+        """The limit a NAK of ``level`` asks for from ``base``: ``base * cut_factor``, but
+        no lower than ``rate_shares`` of a reported ``rate`` (and never above ``base``)."""
+        cfg = self.config
+        cut = base * cfg.cut_factors[level]
+        share = cfg.rate_shares.get(level)
+        if rate > 0 and share is not None:
+            cut = min(base, max(cut, rate * share))
+        return max(cut, cfg.min_rate_msgs)
+
+    def _cut(self, level: int, base: float, now: float, rate: float = 0.0) -> None:
         cfg = self.config
         self.cuts += 1
         self._slow_start = False
         self._window_level = level
         self._cut_level = level
         self._hold_until = now + (cfg.top_hold_s if level == self._levels_desc[0] else cfg.hold_s)
-        factor = cfg.cut_factors[level]
         if not self._episode:
             self._episode = True
             self._episode_base = base
@@ -222,9 +255,11 @@ class NakRateController:
         # Repeats within the episode do not drag W down with them.
         deepest = cfg.cut_factors[self._episode_level]
         w = self._episode_base * (1.0 + deepest) / 2.0
-        self._w = min(max(w, cfg.min_rate_msgs), cfg.max_rate_msgs)
-        new_rate = min(max(base * factor, cfg.min_rate_msgs), self._w)
-        self._set_origin(new_rate, now)
+        if rate > 0:  # the receiver said what it takes: the plateau is no higher
+            w = min(w, rate)
+        new_rate = self._cut_to(level, base, rate)
+        self._w = min(max(w, new_rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
+        self._set_origin(min(new_rate, self._w), now)
 
     def _block_increase(self, now: float, current: float) -> None:
         self._set_origin(current, now)

@@ -17,8 +17,9 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any, ClassVar, TypeGuard
 
+from ._attribution import CutLog
 from ._bucket import TokenBucket
-from ._codec import Credit, Frame, Hello, Nak
+from ._codec import SIGNAL_CODES, SIGNALS, Credit, Frame, Hello, Nak
 from ._config import AckConfig, NakConfig, check_mode
 from ._credit import WAITING_FRESH_S, CreditGranter, CreditLedger, SenderKey
 from ._fill import (
@@ -31,6 +32,13 @@ from ._fill import (
     backoff_delay,
 )
 from ._rate import NakRateController, recovery_bound_s
+from ._signals import NEWS, NOT_NEWS, PAUSE
+
+PAUSED = SIGNAL_CODES["paused"]
+
+#: Asked at ``now``: is a NAK news (NEWS), is the receiver catching up (NOT_NEWS), or has
+#: its consumer paused (PAUSE)?
+Judge = Callable[[float], int]
 
 #: The building blocks, for simulators that drive them directly.
 __all__ = ["BACKOFF_LAMBDA", "MAX_BACKOFF_WINDOWS", "RECEIVER_POLICIES", "SENDER_POLICIES",
@@ -45,6 +53,8 @@ class SenderFlow(ABC):
     """Sender-side policy."""
 
     mode: ClassVar[str]
+    #: The clock reading that snapshot times count from (the core sets its start).
+    t0: float = 0.0
 
     @abstractmethod
     def admit(self, n: int, *, now: float) -> tuple[int, float]:
@@ -80,9 +90,13 @@ class SenderFlow(ABC):
     def on_receiver_bye(self, receiver: str) -> None:  # noqa: B027 (optional hook)
         """``receiver`` left on purpose (BYE)."""
 
-    def on_timer(self, *, now: float) -> list[str]:
-        """Time passed: receivers the policy gave up on (evicted) at ``now``."""
+    def on_timer(self, *, now: float) -> list[tuple[str, str]]:
+        """Time passed: receivers the policy gave up on at ``now``, with why
+        (``evicted``: silent; ``disconnected``: silent after a closed connection)."""
         return []
+
+    def on_connection_lost(self, *, now: float) -> None:  # noqa: B027 (optional hook)
+        """The transport says a receiver's connection closed (which one it does not say)."""
 
     def ready(self, answered: Collection[str]) -> int:
         """How many of the receivers that ``answered`` HELLO may be sent to now (``ack``:
@@ -140,6 +154,7 @@ class NakFlow(SenderFlow):
         self.controller = NakRateController(config)
         cfg = self.controller.config
         self.bucket = TokenBucket(cfg.start_rate_msgs, burst_s=cfg.burst_s)
+        self.attribution = CutLog()
 
     def admit(self, n: int, *, now: float) -> tuple[int, float]:
         rate = self.controller.rate(now=now)
@@ -167,7 +182,21 @@ class NakFlow(SenderFlow):
 
     def on_feedback(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Nak and frame.stream == self.stream:
-            self.controller.on_nak(frame.level, now=now, fill=frame.fill)
+            ctl = self.controller
+            if frame.signal == PAUSED:  # its consumer takes nothing: a cut cannot help it
+                ctl.count_nak(frame.level)
+                point = self.attribution.undo_point(frame.receiver, now)
+                if point is not None:
+                    ctl.restore(point, now=now)
+                return
+            cuts, holds, before = ctl.cuts, ctl.holds, ctl.rate(now=now)
+            ctl.on_nak(frame.level, now=now, fill=frame.fill, rate=frame.rate)
+            signal = SIGNALS.get(frame.signal, "unknown")
+            if ctl.cuts > cuts:
+                self.attribution.cut(now, signal, frame.receiver, frame.level,
+                                     ctl.rate(now=now), before)
+            elif ctl.holds > holds:
+                self.attribution.hold(signal, frame.receiver)
 
     def set_rtt(self, rtt_s: float) -> None:
         self.controller.set_rtt(rtt_s)
@@ -182,7 +211,8 @@ class NakFlow(SenderFlow):
         return self.controller.rate(now=now), None
 
     def snapshot(self) -> dict[str, Any]:
-        return {"mode": self.mode, **self.controller.snapshot()}
+        return {"mode": self.mode, **self.controller.snapshot(),
+                **self.attribution.snapshot(t0=self.t0)}
 
 
 class AckFlow(SenderFlow):
@@ -235,12 +265,18 @@ class AckFlow(SenderFlow):
         elif (type(frame) is Hello and frame.role == "receiver" and frame.mode == "ack"
               and frame.stream == self.stream):
             self.ledger.on_presence(frame.node, now=now)
+            self.ledger.on_alive(frame.node)
 
     def on_receiver_bye(self, receiver: str) -> None:
         self.ledger.on_bye(receiver)
 
-    def on_timer(self, *, now: float) -> list[str]:
+    def on_timer(self, *, now: float) -> list[tuple[str, str]]:
         return self.ledger.expire(now=now)
+
+    def on_connection_lost(self, *, now: float) -> None:
+        within = self.ledger.config.disconnect_probe_s
+        if within is not None:
+            self.ledger.suspect(now=now, within=within)
 
     def ready(self, answered: Collection[str]) -> int:
         granted = self.ledger.has_granted
@@ -331,8 +367,11 @@ class ReceiverFlow(ABC):
         """The senders advertise a group RTT of ``rtt_s``."""
 
     @abstractmethod
-    def poll(self, depth: int, *, now: float) -> list[Frame]:
-        """The queue holds ``depth`` messages at ``now``: feedback frames to send."""
+    def poll(self, depth: int, *, now: float, signal: int = 0, rate: float = 0.0,
+             judge: Judge | None = None) -> list[Frame]:
+        """The queue counts as ``depth`` messages at ``now`` (``signal``: what set it, a
+        ``wire.SIGNALS`` code; ``rate``: what the receiver can take, msgs/s; ``judge``:
+        whether a NAK would be news now): feedback frames to send."""
 
     def next_deadline(self) -> float | None:
         return None
@@ -346,7 +385,8 @@ class NoFeedback(ReceiverFlow):
 
     mode = "none"
 
-    def poll(self, depth: int, *, now: float) -> list[Frame]:
+    def poll(self, depth: int, *, now: float, signal: int = 0, rate: float = 0.0,
+             judge: Judge | None = None) -> list[Frame]:
         return []
 
     def snapshot(self) -> dict[str, Any]:
@@ -362,6 +402,9 @@ class NakFeedback(ReceiverFlow):
                  config: NakConfig | None = None, *, rng: Uniform | None = None) -> None:
         super().__init__(stream, receiver)
         self.monitor = FillMonitor(capacity_msgs, config, rng=rng)
+        self.by_signal: dict[str, int] = {}  # NAKs sent, by what filled the receiver
+        self._said_paused = False
+        self.not_news = self.paused = 0  # NAKs kept back: catching up; consumer paused
 
     def on_overheard(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Nak and frame.stream == self.stream and frame.receiver != self.receiver:
@@ -370,18 +413,38 @@ class NakFeedback(ReceiverFlow):
     def set_rtt(self, rtt_s: float) -> None:
         self.monitor.set_rtt(rtt_s)
 
-    def poll(self, depth: int, *, now: float) -> list[Frame]:
+    def poll(self, depth: int, *, now: float, signal: int = 0, rate: float = 0.0,
+             judge: Judge | None = None) -> list[Frame]:
+        """A NAK when the fill reaches a level (FillMonitor), unless ``judge`` says the
+        receiver is draining its backlog faster than data arrives (not news), or that its
+        consumer paused: then one NAK says so (``paused``; the sender may undo the cuts
+        this receiver caused) and nothing more until it takes messages again."""
+        verdict = NEWS if judge is None else judge(now)
+        if verdict != PAUSE:
+            self._said_paused = False
         level = self.monitor.update(depth, now=now)
         if level is None:
             return []
+        if verdict == NOT_NEWS:
+            self.not_news += 1
+            return []
+        if verdict == PAUSE:
+            self.paused += 1
+            if self._said_paused:
+                return []
+            self._said_paused, signal, rate = True, SIGNAL_CODES["paused"], 0.0
         fill = round(self.monitor.fill_pct(depth), 2)
-        return [Nak(self.stream, self.receiver, level, fill, now)]
+        name = SIGNALS.get(signal, "unknown")
+        self.by_signal[name] = self.by_signal.get(name, 0) + 1
+        return [Nak(self.stream, self.receiver, level, fill, now, signal, round(rate, 1))]
 
     def next_deadline(self) -> float | None:
         return self.monitor.next_deadline()
 
     def snapshot(self) -> dict[str, Any]:
-        return {"mode": self.mode, **self.monitor.snapshot()}
+        return {"mode": self.mode, **self.monitor.snapshot(),
+                "naks_by_signal": dict(sorted(self.by_signal.items())),
+                "naks_not_news": self.not_news, "naks_while_paused": self.paused}
 
 
 class AckFeedback(ReceiverFlow):
@@ -407,7 +470,8 @@ class AckFeedback(ReceiverFlow):
     def on_sender_gone(self, sender: SenderKey) -> None:
         self.granter.on_sender_gone(sender)
 
-    def poll(self, depth: int, *, now: float) -> list[Frame]:
+    def poll(self, depth: int, *, now: float, signal: int = 0, rate: float = 0.0,
+             judge: Judge | None = None) -> list[Frame]:
         return [Credit(self.stream, self.receiver, sid, epoch, limit, now)
                 for (sid, epoch), limit in self.granter.poll(now=now)]
 

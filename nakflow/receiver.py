@@ -22,6 +22,7 @@ from transports import SocketOptions, drain, open_receiver_sockets
 
 from ._config import OVERFLOW_POLICIES, ReceiverConfig, with_overrides
 from ._delivery_queue import DeliveryQueue
+from ._lateness import Lateness
 from ._receiver_core import Key, Message, ReceiverCore
 from .events import Event
 
@@ -62,7 +63,8 @@ class Receiver:
         self.core = ReceiverCore(cfg, now=t0, wall_offset=self._wall_offset,
                                  rng=random.Random())
         self.config, self._on_event = cfg, on_event
-        sockets = open_receiver_sockets(context, data, feedback, overhear, options)
+        sockets = open_receiver_sockets(context, data, feedback, overhear, options,
+                                        self.core.subscriptions())
         self._data, self.data_endpoints, self._fb, self.feedback_endpoints = sockets[:4]
         self._hear, self._auth = sockets[4:]
         self._wake_r, self._wake_w = os.pipe()
@@ -232,25 +234,31 @@ class Receiver:
             poller.register(self._wake_r, zmq.POLLIN)
             if with_data:
                 poller.register(self._data, zmq.POLLIN)
-        while not self._stopping:
-            now = time.monotonic()
-            timer = core.get_timer()
-            timeout = IDLE_POLL_S if timer is None else min(IDLE_POLL_S, timer - now)
-            read = core.wants_data(queue.full) and not core.deliveries()
-            ready = dict(pollers[read].poll(max(0, math.ceil(timeout * 1000))))
-            with self._lock:
+        lateness = Lateness()
+        try:
+            while not self._stopping:
                 now = time.monotonic()
-                if self._data in ready:
-                    self._read_data(now)
-                if self._hear is not None and self._hear in ready:
-                    for buf in drain(self._hear, 1000):
-                        core.receive_overheard(buf, now)
-                if self._wake_r in ready:
-                    try:
-                        os.read(self._wake_r, 4096)
-                    except BlockingIOError:
-                        pass
-                self._step(now)
+                timer = core.get_timer()
+                timeout = IDLE_POLL_S if timer is None else min(IDLE_POLL_S, timer - now)
+                read = core.wants_data(queue.full) and not core.deliveries()
+                lateness.wait_started(now)
+                ready = dict(pollers[read].poll(max(0, math.ceil(timeout * 1000))))
+                with self._lock:
+                    now = time.monotonic()
+                    core.late(lateness.woke(now), now)
+                    if self._data in ready:
+                        self._read_data(now)
+                    if self._hear is not None and self._hear in ready:
+                        for buf in drain(self._hear, 1000):
+                            core.receive_overheard(buf, now)
+                    if self._wake_r in ready:
+                        try:
+                            os.read(self._wake_r, 4096)
+                        except BlockingIOError:
+                            pass
+                    self._step(now)
+        finally:
+            lateness.close()
 
     def _read_data(self, now: float) -> None:
         """Read until a chunk of *messages* is pending (a batched frame holds many)."""

@@ -192,8 +192,11 @@ def test_queueing_delay_counts_as_fill_and_clock_offsets_cancel():
     m.on_delay("a", 3.0 + 0.001 + 0.12)  # a's path now queues 120 ms ...
     m.on_delay("a", 3.0 + 0.001 + 0.30)  # ... (the lowest of the window counts)
     m.on_delay("b", -2.0 + 0.001)
-    assert m.observe(now=t + 0.06) == 0.75 and m.queueing_s == pytest.approx(0.12)
-    assert m.observe(now=t + 0.08) == 0.75  # held within the window
+    # 120 ms lies between 100 ms (0.75) and 200 ms (0.87): the fill in between, so a
+    # queue that shrinks shows a falling fill
+    assert m.observe(now=t + 0.06) == pytest.approx(0.774) and m.queueing_s == pytest.approx(
+        0.12)
+    assert m.observe(now=t + 0.08) == pytest.approx(0.774)  # held within the window
     m.on_delay("a", 3.0 + 0.001 + 0.45)
     assert m.observe(now=t + 0.12) == 1.0
     m.forget("a")  # a's END: its silence from now on means nothing
@@ -209,9 +212,9 @@ def test_a_congested_sender_falling_silent_counts_as_more_congestion_for_a_while
     for i in range(3):
         m.on_delay("a", 0.010)  # the base
         m.observe(now=i * 0.06)
-    m.on_delay("a", 0.010 + 0.06)  # 60 ms queueing: the first level
-    assert m.observe(now=0.24) == 0.5
-    assert m.observe(now=0.30) == 0.75  # silent: 60 ms + 60 ms of silence
+    m.on_delay("a", 0.010 + 0.06)  # 60 ms queueing: past the first level
+    assert m.observe(now=0.24) == pytest.approx(0.55)
+    assert m.observe(now=0.30) == pytest.approx(0.774)  # silent: 60 ms + 60 ms of silence
     assert m.observe(now=0.60) == 1.0  # 60 ms + 360 ms
     assert m.silent_windows == 2
     assert m.observe(now=0.24 + DELAY_SILENCE_S + 0.1) == 0.0  # gone quiet for good

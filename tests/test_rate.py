@@ -136,7 +136,7 @@ def test_hold_blocks_increase_without_recutting_then_recut_after_hold():
     ctrl.on_nak(75, now=0.0)  # 7000, hold until 0.2
     assert ctrl.on_nak(75, now=0.04) is False  # same window, equal level
     assert ctrl.on_nak(75, now=0.08) is False  # outside window, inside hold
-    assert ctrl.holds == 1
+    assert ctrl.holds == 2  # both kept the limit: the window's repeat and the held one
     assert ctrl.rate(now=0.179) == 7_000  # quiet timer restarted at 0.08
     assert ctrl.rate(now=0.181) > 7_000  # quiet_s later: the first step
     assert ctrl.on_nak(50, now=0.19) is False  # still holding: blocks the rise again
@@ -293,3 +293,41 @@ def test_validated_rate_is_the_limit_but_no_more_than_was_really_sent():
     for i in range(1_000):  # then 1,000,000 msgs/s, above it: the limit is what counts
         ctrl.on_sent(1_000, now=0.1 + i / 1_000)
     assert ctrl.validated_rate(now=1.1) == ctrl.rate(now=1.1)
+
+
+def test_every_cut_and_hold_is_put_down_to_a_receiver_and_a_signal():
+    """NakFlow records who and what: counts per signal and per receiver, the limiting
+    receiver (the last cut's), the cuts themselves; a NAK from an older receiver (no
+    signal) counts as "unknown"."""
+    from nakflow.policies import NakFlow
+    from nakflow.wire import Nak
+
+    flow = NakFlow("s", NakConfig(initial_rate_msgs=10_000))
+    flow.on_feedback(Nak("s", "slow", 75, 80.0, 0.0, 1, 9_000.0), now=0.0)  # queue: cut
+    flow.on_feedback(Nak("s", "slow", 75, 80.0, 0.0, 1, 9_000.0), now=0.01)  # same window
+    flow.on_feedback(Nak("s", "far", 87, 90.0, 0.0, 2, 0.0), now=0.02)  # delay: deeper
+    flow.on_feedback(Nak("s", "old", 50, 55.0, 0.0), now=0.03)  # unknown signal: hold
+    flow.on_feedback(Nak("other", "x", 100, 100.0, 0.0, 1, 0.0), now=0.04)  # not ours
+    snap = flow.snapshot()
+    assert snap["cuts_by_signal"] == {"delay": 1, "queue": 1}
+    assert snap["holds_by_signal"] == {"queue": 1, "unknown": 1}
+    assert snap["by_receiver"] == {"slow": {"cuts": 1, "holds": 1},
+                                   "far": {"cuts": 1, "holds": 0},
+                                   "old": {"cuts": 0, "holds": 1}}
+    assert snap["limiting"] == {"receiver": "far", "signal": "delay", "since_s": 0.02}
+    assert [(e["signal"], e["receiver"], e["level"]) for e in snap["cut_events"]] == [
+        ("queue", "slow", 75), ("delay", "far", 87)]
+    assert snap["cut_events"][1]["rate"] == pytest.approx(10_000 * 0.5)
+
+
+def test_the_per_receiver_table_is_bounded():
+    from nakflow._attribution import MAX_RECEIVERS, CutLog
+
+    log = CutLog()
+    log.cut(0.0, "queue", "real", 75, 1.0)
+    log.cut(0.1, "queue", "real", 75, 1.0)
+    for i in range(10 * MAX_RECEIVERS):
+        log.hold("queue", f"made-up-{i}")
+    snap = log.snapshot()
+    assert len(log._receivers) <= MAX_RECEIVERS
+    assert next(iter(snap["by_receiver"])) == "real"  # the one that cut stays

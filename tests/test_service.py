@@ -60,6 +60,12 @@ def test_scraped_metrics_equal_the_json_snapshots():
             tx.flush()
             assert rx.wait_for_ends(1, 30)
             got = rx.get_many(300, timeout=5)  # leave 500 queued: fill 0.5
+            # then the consumer takes nothing: the receiver says so once (a NAK with
+            # signal "paused") and is silent after it; scrape once the sender heard it
+            wait_until(lambda: rx.snapshot()["naks_while_paused"] > 0, 30, "the pause")
+            tx.poll(0.0)
+            wait_until(lambda: tx.poll(0.01) or sum(tx.snapshot()["naks_received"].values())
+                       == sum(rx.snapshot()["naks_sent"].values()), 30, "the NAKs")
             page = scrape(server.url)
             s, r = tx.snapshot(), rx.snapshot()
         finally:

@@ -1,0 +1,58 @@
+"""How late a driver's I/O thread ran: time it could not run although it had work.
+
+A frame that waited in the socket because the receiving process was descheduled (two
+cores, five busy processes) looks, by its timestamps, like a frame that waited in a
+network queue, and the queueing-delay signal would slow every sender for it. A driver
+measures its own lateness per look at the socket and hands it to the core
+(``ReceiverCore.late``), which discounts it from the delays of the frames read then:
+a late process is not a path queue.
+
+Lateness is the time the thread was runnable but not running (Linux's ``run_delay`` in
+``/proc/thread-self/schedstat``, which covers the wait for a CPU after a poll wakes it),
+plus the time it spent off the CPU outside the poll while working (wall time minus CPU
+time: preemption, the GIL held by the application's thread). Where schedstat is missing
+only the second part is measured.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+class Lateness:
+    """``wait_started(now)`` before the poll, ``woke(now)`` after it: the lateness of the
+    look that follows, s. One per thread (it reads that thread's statistics)."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+        self._wall = time.monotonic()
+        self._cpu = time.thread_time()
+        self._off = 0.0
+        self._rd = self._run_delay()
+
+    def _run_delay(self) -> float:
+        if self._fd is None:
+            return 0.0
+        try:
+            return int(os.pread(self._fd, 64, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def wait_started(self, now: float) -> None:
+        cpu = time.thread_time()
+        self._off = max(0.0, (now - self._wall) - (cpu - self._cpu))
+        self._rd = self._run_delay()
+
+    def woke(self, now: float) -> float:
+        late = self._off + max(0.0, self._run_delay() - self._rd)
+        self._wall, self._cpu = now, time.thread_time()
+        return late
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,130 @@
+"""Rates a receiver measures to tell congestion from a backlog it is already draining.
+
+A NAK is news only if the receiver cannot keep up: if what arrives exceeds what it can
+take. A queue (or socket backlog) that fills while the process was descheduled, or the
+consumer paused, and then drains faster than data arrives is not. So a receiver knows:
+
+* ``ArrivalMeter``: the senders' send rate, from their DATA frames' seqs and stamps (the
+  sender's clock): a backlog read late still shows the rate it was sent at;
+* ``DrainMeter``: what the consumer takes per second while its process runs, and how
+  long work has waited with nothing taken.
+
+Sans-I/O: every call takes ``now``.
+"""
+
+from __future__ import annotations
+
+#: The consumer counts as away after this long without taking anything while work waits, s.
+ABSENT_S = 0.02
+#: A sender not heard for this long no longer counts in the arrival rate, s.
+ARRIVAL_FRESH_S = 1.0
+MAX_SENDERS = 1024
+
+
+class ArrivalMeter:
+    """The senders' total send rate, msgs/s (None until one sender spanned a window), and
+    the repairs arriving on top of it (this receiver's clock, smoothed over windows)."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        # sender -> [span start seq, span start ts, rate, last heard (local)]
+        self._of: dict[str, list[float]] = {}
+        self._repairs = 0
+        self._repair_span: tuple[float, int] = (0.0, 0)
+        self.repair_rate = 0.0
+
+    def on_repaired(self, n: int, now: float) -> None:
+        """``n`` repaired messages arrived (RDATA: load on the queue like new data)."""
+        self._repairs += n
+        t0, r0 = self._repair_span
+        if now - t0 >= self.window_s:
+            measured = (self._repairs - r0) / (now - t0) if t0 else 0.0
+            self.repair_rate = 0.75 * self.repair_rate + 0.25 * measured
+            self._repair_span = (now, self._repairs)
+
+    def on_frame(self, sender: str, next_seq: int, ts: float, now: float) -> None:
+        """A DATA frame of ``sender`` ending at ``next_seq``, stamped ``ts`` (its clock)."""
+        row = self._of.get(sender)
+        if row is None:
+            if len(self._of) >= MAX_SENDERS:
+                del self._of[next(iter(self._of))]
+            self._of[sender] = [next_seq, ts, -1.0, now]
+            return
+        row[3] = now
+        span = ts - row[1]
+        if span >= self.window_s:
+            if next_seq >= row[0]:
+                row[2] = (next_seq - row[0]) / span
+            row[0], row[1] = next_seq, ts
+        elif span < 0:  # a restarted sender's clock, or reordering: start over
+            row[0], row[1] = next_seq, ts
+
+    def rate(self, now: float) -> float | None:
+        total, known = 0.0, False
+        for _seq0, _ts0, rate, heard in self._of.values():
+            if rate >= 0 and now - heard <= ARRIVAL_FRESH_S:
+                total += rate
+                known = True
+        if now - self._repair_span[0] > ARRIVAL_FRESH_S:
+            self.repair_rate = 0.0  # no repairs for a while
+        return total + self.repair_rate if known else None
+
+    def senders(self, now: float) -> int:
+        """Senders heard within ARRIVAL_FRESH_S."""
+        return sum(1 for row in self._of.values() if now - row[3] <= ARRIVAL_FRESH_S)
+
+    def forget(self, sender: str) -> None:
+        self._of.pop(sender, None)
+
+
+class DrainMeter:
+    """The consumer's drain rate (``rate``; None: not measured yet) and how long work has
+    waited with nothing taken (``away_for``). Time counts toward the rate while work
+    waited that it did not take (a consumer that empties the queue shows only the arrival
+    rate, not what it could take) and this process ran: between two looks of the I/O
+    thread at most ABSENT_S apart. A longer gap means the whole process was descheduled (or
+    stopped): its consumer was no slower for it, and the gap is left out."""
+
+    def __init__(self, window_s: float) -> None:
+        self.span_s = 4 * window_s  # the rate covers about this long
+        self._last: tuple[float, int, int] | None = None  # (now, delivered, depth)
+        self._took_at = 0.0  # when it last took something
+        self._busy_s = 0.0
+        self._busy_msgs = 0
+        self.rate: float | None = None
+
+    def on_consumed(self, delivered: int, depth: int, now: float) -> None:
+        last = self._last
+        self._last = (now, delivered, depth)
+        if last is None:
+            self._took_at = now
+            return
+        t0, d0, depth0 = last
+        took = delivered - d0
+        if took:
+            self._took_at = now
+        if depth0 > took and now - t0 <= ABSENT_S:  # it left work behind; the process ran
+            self._busy_s += now - t0
+            self._busy_msgs += took
+        if self._busy_s >= self.span_s:
+            measured = self._busy_msgs / self._busy_s
+            self.rate = measured if self.rate is None else (self.rate + measured) / 2
+            self._busy_s, self._busy_msgs = 0.0, 0
+
+    def provisional(self, min_busy_s: float) -> float | None:
+        """What the consumer took while work waited, before ``rate`` is measured: None
+        until it was busy ``min_busy_s``. A first look, not a rate to give away."""
+        if self.rate is not None or self._busy_s < min_busy_s:
+            return self.rate
+        return self._busy_msgs / self._busy_s
+
+    def restart(self) -> None:
+        """Forget the rate: judge the consumer afresh (after a hold-up)."""
+        self.rate, self._busy_s, self._busy_msgs = None, 0.0, 0
+
+    def away_for(self, now: float) -> float:
+        """How long work has waited with nothing taken, s (0: the consumer is there)."""
+        last = self._last
+        if last is None or not last[2]:
+            return 0.0
+        return max(0.0, now - self._took_at)
