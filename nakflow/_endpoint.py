@@ -100,7 +100,8 @@ class Endpoint:
         self._warn("mode", what)
 
     def _warn(self, kind: str, what: str) -> None:
-        if kind not in self._warned:
+        """Log ``what`` the first time a ``kind`` of problem shows (at most 256 kinds)."""
+        if kind not in self._warned and len(self._warned) < 256:
             self._warned.add(kind)
             self._log.warning("stream %r (%s): %s%s", self.stream, self.node_desc, what,
                               "; check every side's mode" if kind == "mode" else "")

@@ -1,7 +1,9 @@
 """The missing seqs of one stream, each range with the state of its repair requests.
 
 A range is ``LOST`` (a gap in flight: ZeroMQ PUB dropped at its high-water mark, or PGM
-gave up), ``DROPPED`` (it arrived, but this receiver's full queue dropped it) or
+gave up), ``DROPPED`` (it arrived, but this receiver's full queue dropped it),
+``DROPPED_OWN`` (the same, while this receiver was held up on its own: its consumer away,
+its process stopped, a backlog it was catching up on: nobody else misses it) or
 ``JOINED`` (sent before this receiver first heard the stream: late join asks the sender's
 history for it, as PGM and NORM offer late joiners). Ranges
 are kept sorted and apart; at most MAX_GAPS per stream (bounded memory whatever
@@ -13,8 +15,10 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
-LOST, DROPPED, JOINED = 0, 1, 2
-KINDS = ("lost", "dropped", "missed_before_join")
+LOST, DROPPED, JOINED, DROPPED_OWN = 0, 1, 2, 3
+KINDS = ("lost", "dropped", "missed_before_join", "dropped")
+#: Kinds only this receiver misses: their repair may come to it alone.
+OWN_KINDS = (JOINED, DROPPED_OWN)
 MAX_GAPS = 512
 
 
@@ -31,7 +35,7 @@ class GapList:
     def __init__(self) -> None:
         self.gaps: list[Gap] = []
         self._starts: list[int] = []
-        self.given_up = [0, 0, 0]  # msgs per kind no longer asked for (bound or max requests)
+        self.given_up = [0, 0, 0, 0]  # msgs per kind no longer asked for (bound or max requests)
         self.progress = False  # something was filled since the requester last looked
 
     def __len__(self) -> int:

@@ -45,7 +45,9 @@ class SendHistory:
         self._entries: list[_Entry] = []
         #: entry seq -> [when a slice of it was last re-sent (PENDING: queued), lo, hi];
         #: only frames that were repaired have one (add stays cheap)
-        self._resent: dict[int, list[float]] = {}
+        #: (for whom: "" for everyone, entry seq) -> [when a slice of it was last re-sent
+        #: (PENDING: queued), lo, hi]; only frames that were repaired have one
+        self._resent: dict[tuple[str, int], list[float]] = {}
         self._starts: list[int] = []  # seq of each entry, for bisect
         self._head = 0  # entries before it are forgotten (compacted now and then)
         self.msgs = 0
@@ -103,16 +105,18 @@ class SendHistory:
             del self._starts[:head]
             head = 0
             oldest = self.oldest_seq if entries else self.next_seq
-            self._resent = {k: v for k, v in self._resent.items() if k >= oldest}
+            self._resent = {k: v for k, v in self._resent.items() if k[1] >= oldest}
         self._head = head
 
-    def lookup(self, ranges: Sequence[Range], *, now: float) -> tuple[list[Slice], list[Range]]:
+    def lookup(self, ranges: Sequence[Range], *, now: float,
+               who: str = "") -> tuple[list[Slice], list[Range]]:
         """What to re-send for requested ``ranges``, and the parts no longer held (GONE).
 
         A slice still waiting to be re-sent, or re-sent within ``resend_window_s``, is not
         queued again (the request crossed the repair, or was repeated while repairs wait
         for the rate limit); seqs never sent are ignored. Call ``mark_sent`` when a slice
-        went out.
+        went out. ``who``: the receiver a repair is for alone ("": everyone): its
+        requests count apart from the others'.
         """
         self.trim(now)
         window = self.config.resend_window_s
@@ -139,23 +143,24 @@ class SendHistory:
                     break
                 s_lo, s_hi = max(lo, e.seq), min(hi, e_end)
                 if s_lo < s_hi:
-                    last = self._resent.get(e.seq)
+                    last = self._resent.get((who, e.seq))
                     if last is not None and now - last[0] < window and last[1] <= s_lo \
                             and s_hi <= last[2]:
                         self.resend_suppressed += s_hi - s_lo
                     else:
-                        self._resent[e.seq] = [PENDING, s_lo, s_hi]
+                        self._resent[(who, e.seq)] = [PENDING, s_lo, s_hi]
                         out.append(Slice(s_lo, e.ts, e.payloads[s_lo - e.seq:s_hi - e.seq]))
                         self.resent_msgs += s_hi - s_lo
                 lo = max(lo, e_end)
                 i += 1
         return out, gone
 
-    def mark_sent(self, seq: int, *, now: float) -> None:
-        """The slice starting at ``seq`` was re-sent at ``now``: its window starts."""
+    def mark_sent(self, seq: int, *, now: float, who: str = "") -> None:
+        """The slice starting at ``seq`` was re-sent at ``now`` (for ``who``): its window
+        starts."""
         i = bisect.bisect_right(self._starts, seq) - 1
         if i >= self._head:
-            last = self._resent.get(self._entries[i].seq)
+            last = self._resent.get((who, self._entries[i].seq))
             if last is not None and last[0] == PENDING:
                 last[0] = now
 

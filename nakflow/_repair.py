@@ -19,7 +19,7 @@ from typing import Any
 from ._codec import MAX_RANGES, Repair
 from ._config import RepairConfig
 from ._fill import Uniform, backoff_delay
-from ._gaps import LOST, GapList
+from ._gaps import LOST, OWN_KINDS, GapList
 from ._seqtrack import SequenceTracker
 
 
@@ -37,10 +37,16 @@ class RepairRequester:
         self._rng = rng
         self._heap: list[tuple[float, tuple[str, int]]] = []  # (due, stream), may be stale
         self._scheduled: dict[tuple[str, int], float] = {}  # stream -> its live heap entry
+        self.retry_s = self.config.retry_s  # at least 1.5 group RTTs (set_rtt)
         self.requests_sent = 0
         self.msgs_requested = 0
         self.suppressed = 0
         self.given_up = 0
+
+    def set_rtt(self, rtt_s: float) -> None:
+        """The senders' group RTT: a request is asked again no sooner than its repair can
+        come back (retry_s, but at least 1.5 RTTs)."""
+        self.retry_s = max(self.config.retry_s, 1.5 * rtt_s)
 
     def _holdoff(self) -> float:
         cfg = self.config
@@ -73,9 +79,11 @@ class RepairRequester:
             elif due < scheduled.get(key, math.inf):
                 scheduled[key] = due
                 heapq.heappush(heap, (due, key))
-            for i in range(0, len(ranges), MAX_RANGES):
-                out.append(Repair(self.stream, self.receiver, key[0], key[1],
-                                  tuple(ranges[i:i + MAX_RANGES]), now))
+            for to_me in (False, True):  # others may miss these too; these only I miss
+                mine = [(lo, hi) for lo, hi, own in ranges if own == to_me]
+                for i in range(0, len(mine), MAX_RANGES):
+                    out.append(Repair(self.stream, self.receiver, key[0], key[1],
+                                      tuple(mine[i:i + MAX_RANGES]), now, to_me))
         if len(heap) > 4 * len(scheduled) + 64:  # drop stale entries now and then
             self._heap = [(d, k) for d, k in heap if scheduled.get(k) == d]
             heapq.heapify(self._heap)
@@ -83,8 +91,10 @@ class RepairRequester:
         return out
 
     def _due_ranges(self, key: tuple[str, int], gaps: GapList, fill: float,
-                    now: float) -> tuple[list[tuple[int, int]], float]:
-        """The ranges of ``key`` to ask for at ``now``, and when to look at it next.
+                    now: float) -> tuple[list[tuple[int, int, bool]], float]:
+        """The ranges of ``key`` to ask for at ``now`` (and whether only this receiver
+        misses them: its own drops, or what came before it joined), and when to look at
+        it next.
 
         Gaps in flight are asked for at once. What this receiver's own queue dropped, and
         what was sent before it joined, is asked for only once the fill is below
@@ -103,7 +113,7 @@ class RepairRequester:
             gaps.progress = False  # limit): tries count only while nothing comes
             for g in gaps:
                 g.tries = min(g.tries, 1)
-        ranges: list[tuple[int, int]] = []
+        ranges: list[tuple[int, int, bool]] = []
         next_due = math.inf
         for g in list(gaps):
             if g.due < 0:
@@ -113,11 +123,11 @@ class RepairRequester:
                 continue
             if g.kind != LOST:
                 if not (room or ended) or free <= 0:  # look again soon: the consumer makes room
-                    next_due = min(next_due, now + cfg.retry_s / 4)
+                    next_due = min(next_due, now + self.retry_s / 4)
                     continue
                 if g.hi - g.lo > free:  # ask for what fits; the rest when room is back
                     rest = gaps.split(g, g.lo + free)
-                    rest.due = now + cfg.retry_s / 4
+                    rest.due = now + self.retry_s / 4
                     next_due = min(next_due, rest.due)
                 free -= g.hi - g.lo
             if g.tries >= cfg.max_requests:
@@ -125,18 +135,21 @@ class RepairRequester:
                 self.given_up += g.hi - g.lo
                 continue
             g.tries += 1
-            g.due = now + cfg.retry_s
+            g.due = now + self.retry_s
             next_due = min(next_due, g.due)
-            ranges.append((g.lo, g.hi))
+            ranges.append((g.lo, g.hi, g.kind in OWN_KINDS))
             self.msgs_requested += g.hi - g.lo
         return ranges, next_due
 
     def on_overheard(self, frame: Repair, *, now: float) -> None:
-        """Another receiver asked: hold back our requests for what it asked for."""
+        """Another receiver asked: hold back our requests for what it asked for (unless it
+        asked for itself alone: the repair will not reach us)."""
+        if frame.to_me:
+            return
         gaps = self.tracker.with_gaps.get((frame.sender, frame.epoch))
         if gaps is None:
             return
-        later = now + self.config.retry_s
+        later = now + self.retry_s
         for g in gaps:
             if any(lo < g.hi and g.lo < hi for lo, hi in frame.ranges) and g.due < later:
                 g.due = later + self._holdoff()

@@ -1,8 +1,12 @@
 """The sender's side of repair, sans-I/O: the history, the queue of slices receivers asked
 for, GONE for what is no longer held, and how long to keep answering after END.
 
-Repairs leave through the sender's policy (the same rate limit as new data) in chunks of
-at most REPAIR_CHUNK_MSGS; the core asks for them on its timer.
+A repair of what one receiver alone misses (``Repair.to_me``) goes to it alone, behind
+its target prefix, within a budget of its own on top of new data
+(``RepairConfig.share_alone`` of the rate limit; ``share`` over multicast, where it
+crosses everyone's link), so a receiver catching up after a pause (tens of thousands of
+messages asked for) never starves the others' new data. The core serves
+them on its timer, in chunks of at most REPAIR_CHUNK_MSGS.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import math
 from collections import deque
 from typing import Any
 
+from ._bucket import TokenBucket
 from ._codec import Repair
 from ._config import RepairConfig
 from ._framer import Framer
@@ -26,10 +31,15 @@ REPAIR_POLL_S = 0.001
 class RepairServer:
     """Answers REPAIR frames from a bounded history of what was sent."""
 
-    def __init__(self, config: RepairConfig) -> None:
+    def __init__(self, config: RepairConfig, *, multicast: bool = False) -> None:
         self.config = config
+        # a repair for one receiver reaches the others too over multicast (their SUB
+        # filters it out after it crossed the link): then it takes ``share``
+        self._share_of_rate = config.share if multicast else config.share_alone
         self.history = SendHistory(config)
-        self._queue: deque[Slice] = deque()
+        self._queue: deque[tuple[Slice, str | None]] = deque()  # (slice, for whom)
+        self._budget = TokenBucket(1.0, burst_s=0.005)
+        self.targeted = 0  # messages re-sent to one receiver alone
         self.pending = 0  # messages asked for and not yet re-sent
         self.requests = 0
         self.frames = 0
@@ -40,39 +50,70 @@ class RepairServer:
         """Queue what ``frame`` asks for; returns the ranges no longer held (for GONE)."""
         self.requests += 1
         self.last_request = now
-        slices, gone = self.history.lookup(frame.ranges, now=now)
-        cap = self.config.history_msgs
+        slices, gone = self.history.lookup(frame.ranges, now=now,
+                                           who=frame.receiver if frame.to_me else "")
+        cap, target = self.config.history_msgs, frame.receiver if frame.to_me else None
         for sl in slices:
             if self.pending + len(sl.payloads) > cap:
                 break  # asked for more than the history holds: the rest is asked again
-            self._queue.append(sl)
+            self._queue.append((sl, target))
             self.pending += len(sl.payloads)
         if self.pending:
             self.due_at = min(self.due_at, now)
         return gone
 
     def serve(self, policy: SenderFlow, framer: Framer, now: float) -> list[bytes]:
-        """RDATA for as many queued repairs as ``policy`` admits now (through the same
-        limit as new data); looks again in REPAIR_POLL_S while any wait."""
-        k = policy.admit_up_to(min(self.pending, REPAIR_CHUNK_MSGS), now=now)
-        out = [framer.rdata(sl, now) for sl in self.take(k, now=now)]
+        """RDATA for as many queued repairs as their budget allows now, in order: a repair
+        for everyone loads every receiver as new data does, and goes through the policy
+        (ahead of new data); one for a receiver alone goes within ``share`` of the rate,
+        on top of it. Looks again in REPAIR_POLL_S while any wait."""
+        out: list[bytes] = []
+        while self._queue:
+            shared = self._queue[0][1] is None
+            want = min(self._run(), REPAIR_CHUNK_MSGS)
+            k = (policy.admit_up_to(want, now=now) if shared
+                 else self._share(policy, now).take_up_to(want, now=now))
+            if not k:
+                break
+            out += [framer.rdata(sl, now, to=target) for sl, target in self.take(k, now=now)]
         self.due_at = now + REPAIR_POLL_S if self.pending else math.inf
         return out
 
-    def take(self, k: int, *, now: float) -> list[Slice]:
-        """Up to ``k`` queued messages, as slices (a slice is cut where ``k`` ends)."""
-        out: list[Slice] = []
+    def _run(self) -> int:
+        """Messages at the head of the queue for the same audience."""
+        target, n = self._queue[0][1], 0
+        for sl, t in self._queue:
+            if t != target:
+                break
+            n += len(sl.payloads)
+            if n >= REPAIR_CHUNK_MSGS:
+                break
+        return n
+
+    def _share(self, policy: SenderFlow, now: float) -> TokenBucket:
+        rate = policy.limits(now=now)[0]
+        budget = self._budget
+        if rate is not None and rate * self._share_of_rate != budget.rate:
+            budget.set_rate(rate * self._share_of_rate, now=now)
+        return budget
+
+    def take(self, k: int, *, now: float) -> list[tuple[Slice, str | None]]:
+        """Up to ``k`` queued messages, as slices and for whom (a slice is cut where ``k``
+        ends)."""
+        out: list[tuple[Slice, str | None]] = []
         q = self._queue
         while k and q:
-            sl = q.popleft()
+            sl, target = q.popleft()
             n = len(sl.payloads)
             if n > k:  # send part now, the rest when admitted
-                q.appendleft(Slice(sl.seq + k, sl.ts, sl.payloads[k:]))
+                q.appendleft((Slice(sl.seq + k, sl.ts, sl.payloads[k:]), target))
                 sl, n = Slice(sl.seq, sl.ts, sl.payloads[:k]), k
             k -= n
             self.pending -= n
-            self.history.mark_sent(sl.seq, now=now)
-            out.append(sl)
+            self.history.mark_sent(sl.seq, now=now, who=target or "")
+            if target is not None:
+                self.targeted += n
+            out.append((sl, target))
         self.frames += len(out)
         return out
 
@@ -94,4 +135,4 @@ class RepairServer:
 
     def snapshot(self) -> dict[str, Any]:
         return {"requests": self.requests, "frames": self.frames, "pending": self.pending,
-                **self.history.snapshot()}
+                "targeted": self.targeted, **self.history.snapshot()}

@@ -30,10 +30,15 @@ class ReceiverLeft(Event):
 
 @dataclass(frozen=True)
 class BeyondHistory(Event):
-    """(sender) a receiver asked for seqs [lo, hi) the history no longer held (GONE)."""
+    """(sender) a receiver asked for seqs [lo, hi) the history no longer held (GONE);
+    (receiver) ``missing`` of them are missing here for good, from (``sender``,
+    ``epoch``): this receiver could not catch up within the sender's history."""
 
     lo: int
     hi: int
+    sender: str = ""
+    epoch: int = 0
+    missing: int = 0
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from nakflow import (
     SenderCore,
     check_mode,
 )
+from nakflow.wire import TARGET_MAGIC, target_prefix
 
 DATA_TYPES = (1, 7)  # DATA, RDATA: the frames lost in flight
 FEEDBACK_TYPES = (2, 8)  # NAK, REPAIR: the feedback frames lost on the way back
@@ -58,10 +59,12 @@ class SimLink:
         self.queues = [DeliveryQueue(rx.capacity_msgs, rx.config.overflow, wake=lambda: None,
                                      wake_every=1 << 30) for rx in self.receivers]
         self.stopped = [False] * n  # paused or dead: reads nothing, says nothing
+        self._stopped_at: list[float | None] = [None] * n
         self.inbound: list[deque[tuple[int, bytes]]] = [deque() for _ in range(n)]
         self.overheard: list[deque[tuple[int, bytes]]] = [deque() for _ in range(n)]
         self.to_senders: deque[tuple[int, int, bytes]] = deque()  # (due step, rx, frame)
         self.in_flight_drops = [0] * n
+        self._prefixes = [target_prefix(rx.receiver_id) for rx in self.receivers]
 
     @property
     def now(self) -> float:
@@ -81,10 +84,15 @@ class SimLink:
         for i, rx in enumerate(self.receivers):
             box = self.inbound[i]
             if self.stopped[i]:
+                if self._stopped_at[i] is None:
+                    self._stopped_at[i] = t
                 while len(box) > self.hwm_frames:  # PUB drops past the high-water mark
                     box.pop()
                     self.in_flight_drops[i] += 1
                 continue
+            since = self._stopped_at[i]
+            self._stopped_at[i] = None
+            rx.late(0.0 if since is None else t - since, t)  # a stopped process ran that late
             queue = self.queues[i]
             while box and box[0][0] <= k and rx.wants_data(queue.full):
                 rx.receive_data(box.popleft()[1], t)
@@ -109,12 +117,21 @@ class SimLink:
             tx.handle_timer(t)
         rng = self.rng
         for buf in tx.frames_to_send():
-            lossy = buf[2] in DATA_TYPES
+            only = self._target(buf)  # a repair for one receiver alone: its topic
+            lossy = buf[2 + (0 if only is None else len(only))] in DATA_TYPES
             if lossy and self.shared_loss and rng.random() < self.shared_loss:
                 continue
             for i, half in enumerate(self.half):
+                if only is not None and only != self._prefixes[i]:
+                    continue  # ZeroMQ's SUB filters it out there
                 if not (lossy and self.data_loss and rng.random() < self.data_loss):
                     self.inbound[i].append((k + half, buf))
+
+    @staticmethod
+    def _target(buf: bytes) -> bytes | None:
+        if buf[:2] != TARGET_MAGIC:
+            return None
+        return buf[:buf.index(b"\x00", 2) + 1]
 
     def _feedback_out(self, i: int, frames: list[bytes]) -> None:
         k, half = self.k, self.half

@@ -60,7 +60,11 @@ def test_receiver_survives_any_burst_of_frames(fuzzed_receiver, burst):
     before = rx.frames_in
     for buf in burst:
         pub.send(buf)
-    assert wait_until(lambda: rx.frames_in >= before + len(burst)), "frames not read"
+    # ZeroMQ's subscription filter keeps back what no prefix of the receiver matches (an
+    # empty frame; a repair behind another receiver's target prefix): never read, by design
+    subs = rx.core.subscriptions()
+    passing = sum(1 for buf in burst if any(buf.startswith(p) for p in subs))
+    assert wait_until(lambda: rx.frames_in >= before + passing), "frames not read"
     rx.get_many(10_000, timeout=0)
     snap = rx.snapshot()
     assert snap["error"] is None and rx._io.is_alive()
