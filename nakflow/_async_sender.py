@@ -13,7 +13,17 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
+from transports import (
+    SocketOptions,
+    disconnections,
+    drain,
+    is_multicast,
+    open_pub,
+    open_sub,
+    parse_endpoints,
+    unwatch,
+    watch_disconnects,
+)
 
 from ._async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
 from ._config import SenderConfig, with_overrides
@@ -32,12 +42,16 @@ class AsyncSender:
         cfg = with_overrides(config, SenderConfig, overrides).named(
             f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
         t0 = time.monotonic()
-        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0)
+        data_uris = parse_endpoints(data)
+        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0,
+                               multicast=any(map(is_multicast, data_uris)))
         self._on_event = on_event
         ctx: Any = context or zmq.asyncio.Context.instance()  # its sockets are asyncio's
-        self._apub, _ = open_pub(ctx, parse_endpoints(data), bind=False, options=options)
+        self._apub, _ = open_pub(ctx, data_uris, bind=False, options=options)
         self._asub, _ = open_sub(ctx, parse_endpoints(feedback), bind=False, options=options)
         self._pub, self._sub = shadow(self._apub), shadow(self._asub)
+        self._amon = (watch_disconnects(self._apub) if self.core.watches_connections
+                      else None)
         self._timer = LoopTimer(self._on_timer)
         self._progress = asyncio.Event()  # set whenever feedback or a timer was handled
         self._reader: asyncio.Task[None] | None = None
@@ -122,6 +136,8 @@ class AsyncSender:
             self._timer.cancel()
             if self._reader is not None:
                 self._reader.cancel()
+            if self._amon is not None:
+                unwatch(self._apub, self._amon)
             self._apub.close()
             self._asub.close(0)
 
@@ -159,11 +175,16 @@ class AsyncSender:
     async def _read_feedback(self) -> None:
         poller = zmq.asyncio.Poller()
         poller.register(self._asub, zmq.POLLIN)
+        mon = None if self._amon is None else shadow(self._amon)
+        if self._amon is not None:
+            poller.register(self._amon, zmq.POLLIN)
         while not self.core.closed:
             await poller.poll()
             now = time.monotonic()
             for buf in drain(self._sub, 10_000):
                 self.core.receive_feedback(buf, now)
+            if mon is not None and disconnections(mon):
+                self.core.connection_lost(now)
             self._after_input(now)
 
     def _on_timer(self) -> None:

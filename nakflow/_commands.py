@@ -50,12 +50,12 @@ def on_signals_interrupt() -> None:
 #: What the readable report shows (``--json`` has every figure).
 PLAIN_KEYS = {
     "send": ("sender_id", "mode", "sent", "frames", "elapsed_s", "rate_msgs", "blocked_s",
-             "credit_stalled_s", "rate_limit", "cuts", "naks_received", "receivers_seen",
-             "rtt_ms", "repair"),
+             "credit_stalled_s", "rate_limit", "cuts", "cuts_by_signal", "limiting",
+             "naks_received", "receivers_seen", "rtt_ms", "repair"),
     "receive": ("receiver_id", "mode", "delivered", "received", "dropped", "repaired",
                 "lost", "beyond_history", "missed_before_join", "duplicates", "queued",
-                "queue_peak", "goodput_msgs", "latency_ms", "naks_sent", "credits_sent",
-                "sink", "senders"),
+                "queue_peak", "goodput_msgs", "latency_ms", "naks_sent", "naks_by_signal",
+                "credits_sent", "sink", "senders"),
 }
 
 
@@ -341,6 +341,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     try:
         if args.wait_receivers:
             _wait_for_receivers(tx, args)
+        print(f"nakflow send: {tx.core.receivers_ready()} receivers ready; sending "
+              f"({args.mode})", file=sys.stderr, flush=True)
         _send_all(tx, args, payload, count)
         tx.flush()
         ended = True

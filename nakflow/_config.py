@@ -21,8 +21,13 @@ MODES = ("nak", "ack", "none")
 DEFAULT_LEVELS: tuple[int, ...] = (50, 75, 87, 100)
 
 #: Multiplicative cut per NAK level, relative to the rate when the window opened.
-#: Starting values from the foundation issue; see docs/tuning.md for how they were checked.
+#: Starting values from the foundation issue; see docs/changelog.md for how they were checked.
 DEFAULT_CUT_FACTORS: Mapping[int, float] = {50: 0.9, 75: 0.7, 87: 0.5, 100: 0.25}
+#: With the rate a NAK reports (what the receiver can take): the cut goes no lower than
+#: this share of it per level, so a sender settles just under the receiver's capacity
+#: and the backlog drains at the difference (NORM-CC's and BBR's use of a receiver's
+#: delivery rate). Deeper for higher levels: more backlog to drain.
+DEFAULT_RATE_SHARES: Mapping[int, float] = {50: 0.97, 75: 0.93, 87: 0.87, 100: 0.75}
 
 
 def check_mode(mode: str) -> str:
@@ -52,7 +57,7 @@ class NakConfig:
     #: is shorter than step_s (None, the default: always step_s). 10 on loopback or a LAN
     #: (RTT <= 1 ms) grows every 10 ms instead of every 50 ms: from 5,000 to 500,000
     #: msgs/s in 0.2 s instead of 1 s, but a small queue overflows before the first NAK
-    #: (docs/tuning.md, "Slow start on a short path").
+    #: (docs/changelog.md, "Slow start on a short path").
     ramp_rtts: float | None = None
     #: ... but never more often than this, s.
     ramp_min_step_s: float = 0.01
@@ -60,6 +65,9 @@ class NakConfig:
     window_s: float = 0.05
     #: Cut factor per NAK level (percent -> multiplier in (0, 1)).
     cut_factors: Mapping[int, float] = field(default_factory=lambda: dict(DEFAULT_CUT_FACTORS))
+    #: A NAK that reports the receiver's rate cuts no lower than this share of it per
+    #: level (percent -> share in (0, 1]); {} ignores reported rates.
+    rate_shares: Mapping[int, float] = field(default_factory=lambda: dict(DEFAULT_RATE_SHARES))
     #: After a cut, NAKs no stronger than it only block increases for this long, s.
     hold_s: float = 0.2
     #: The hold after a cut at the top level (a full queue drops data while it waits), s.
@@ -70,7 +78,7 @@ class NakConfig:
     #: The increase is applied in steps of this length while no NAK arrives, s.
     step_s: float = 0.05
     #: CUBIC growth constant, relative to the rate at the last NAK, per s^3 (RFC 8312 shape).
-    cubic_c: float = 1.0
+    cubic_c: float = 0.3
     #: After this long without any NAK, s, and probe_rtts round trips, the limit also
     #: grows by probe_factor once per step_s or per RTT (whichever is longer) from where it
     #: stands then (the higher of that and CUBIC counts), so capacity that frees up (a
@@ -78,7 +86,7 @@ class NakConfig:
     #: plateau. Needs the RTT (measured from receivers' HELLO answers): a sender that has
     #: none does not probe. Off by default: even RTT-aware, it overshoots where a queue
     #: holds less than an RTT (simulated, 50 ms: 12x the drops). None: CUBIC alone
-    #: (docs/tuning.md); `nakflow eval`, on loopback, uses 0.2.
+    #: (docs/changelog.md); `nakflow eval`, on loopback, uses 0.2.
     probe_after_s: float | None = None
     #: ... and the probe waits this many RTTs without a NAK.
     probe_rtts: float = 4.0
@@ -98,7 +106,7 @@ class NakConfig:
     #: Receiver: with a group RTT advertised, the hold-off is at least this many RTTs
     #: (below 0.9 x window_s). Off by default: a longer hold-off halves the NAKs but
     #: delays the cut (simulated, 10 receivers, 100 ms: 62% more drops at 0.5 RTT;
-    #: benchmarks/rtt_feedback.py, docs/tuning.md). For very many receivers.
+    #: benchmarks/rtt_feedback.py, docs/changelog.md). For very many receivers.
     backoff_rtts: float = 0.0
     #: Receiver: decide on the fill expected this many RTTs ahead (fill + its growth
     #: rate x that time; 0: today's fill only). Simulated, 10 receivers, 50/100/200 ms:
@@ -180,6 +188,8 @@ class NakConfig:
             f = self.cut_factors.get(lv)
             if f is None or not 0 < f < 1:
                 raise ConfigError(f"cut_factors needs a factor in (0, 1) for level {lv}")
+        if not all(0 < v <= 1 for v in self.rate_shares.values()):
+            raise ConfigError("rate_shares must lie in (0, 1]")
 
     @property
     def start_rate_msgs(self) -> float:
@@ -196,6 +206,13 @@ class AckConfig:
     receiver_timeout_s: float = 5.0
     #: A receiver re-sends its grant at least this often as liveness, s (Aeron status: 0.2 s).
     heartbeat_s: float = 0.2
+    #: When the transport says a receiver's connection closed (ZeroMQ's socket monitor,
+    #: tcp/ipc), every receiver that is not heard (grant or HELLO) within this long is
+    #: evicted as ``disconnected``, s: a killed receiver stops stalling the others in
+    #: about this long instead of receiver_timeout_s (JGroups' FD_SOCK: a closed TCP
+    #: connection). Three heartbeats: a live receiver always answers. None: wait for
+    #: receiver_timeout_s as before (a hung receiver always waits for it).
+    disconnect_probe_s: float | None = 0.6
     #: Nothing is sendable until this many receivers have granted credit.
     min_receivers: int = 0
     #: No sender is granted more than this share of a receiver's queue. Grants cannot be
@@ -230,6 +247,8 @@ class AckConfig:
             raise ConfigError("sender_timeout_s must be > 0")
         if not self.receiver_timeout_s > 0 or not self.heartbeat_s > 0:
             raise ConfigError("receiver_timeout_s and heartbeat_s must be > 0")
+        if self.disconnect_probe_s is not None and not self.disconnect_probe_s > 0:
+            raise ConfigError("disconnect_probe_s must be > 0 (or None: off)")
         if self.min_receivers < 0:
             raise ConfigError("min_receivers must be >= 0")
         if not self.idle_credit_s > 0:
@@ -261,6 +280,17 @@ class RepairConfig:
     history_age_s: float = 5.0
     #: Sender: a range is re-sent at most once per this window, s (the NAK window).
     resend_window_s: float = 0.05
+    #: Sender: repairs leave at most this share of the rate limit, on top of new data (a
+    #: receiver catching up after a pause never starves the others' new data). Repairs of
+    #: what one receiver alone misses go to it alone where the transport can (tcp, ipc:
+    #: a ZeroMQ topic of its own; over epgm the others' SUB sockets filter them out).
+    share: float = 0.25
+    #: Sender: the same bound for repairs that reach their receiver alone (tcp, ipc: no
+    #: other receiver reads them, so they cost the others only sender CPU), a share of the
+    #: rate limit on top of new data. A late joiner or a receiver back from a pause asks
+    #: only for what its queue has room for; at ``share`` (0.25) one that joined 3 s late
+    #: at 5,000 msgs/s could not catch up within the 5 s history (1,981 beyond history).
+    share_alone: float = 1.0
     #: Sender: after END, close() keeps serving repairs until none came for this long
     #: (three retry_s if receivers asked within the last second), s.
     linger_quiet_s: float = 0.1
@@ -270,7 +300,7 @@ class RepairConfig:
     #: as NAKs) and is not asked for if another receiver asked for it meanwhile, s. Longer
     #: than the round trips between receivers, or nobody hears anybody in time: at 10 ms
     #: RTT and 1 % loss shared by all, 0.01 gave 127 / 380 / 1,266 requests/s for 10 / 30
-    #: / 100 receivers, 0.05 gave 74 / 102 / 83 (docs/tuning.md).
+    #: / 100 receivers, 0.05 gave 74 / 102 / 83 (docs/changelog.md).
     backoff_s: float = 0.05
     #: Receiver: a gap still missing this long after it was asked for is asked again, s.
     retry_s: float = 0.1
@@ -295,6 +325,8 @@ class RepairConfig:
             raise ConfigError("backoff_s and linger_quiet_s must be >= 0")
         if not 0 < self.refill_below <= 1:
             raise ConfigError("refill_below must lie in (0, 1]")
+        if not 0 < self.share <= 1 or not 0 < self.share_alone <= 1:
+            raise ConfigError("share and share_alone must lie in (0, 1]")
 
 
 @dataclass(frozen=True)

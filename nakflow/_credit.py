@@ -50,6 +50,9 @@ class CreditLedger:
         self.joined = 0
         self.left = 0
         self.evicted = 0
+        self.disconnected = 0
+        self._probe_until: float | None = None  # a connection closed: who answers by then
+        self._answered: set[str] = set()
         self.credits = 0
         self.clamped = 0
 
@@ -83,6 +86,8 @@ class CreditLedger:
                 self._min_limit = None
         self._seen[receiver] = now
         self._granted.add(receiver)
+        if self._probe_until is not None:
+            self._answered.add(receiver)
         if old is None:  # a refresh only moves an expiry later: expire() rescans then
             self._next_expiry = min(self._next_expiry, now + self.config.receiver_timeout_s)
 
@@ -112,6 +117,20 @@ class CreditLedger:
         self._min_limit = None
         self._next_expiry = min(self._next_expiry, now + self.config.receiver_timeout_s)
 
+    def suspect(self, *, now: float, within: float) -> None:
+        """A receiver's connection closed (which one the transport does not say): every
+        receiver not heard (``on_credit``, ``on_alive``) by ``now + within`` is evicted
+        then as disconnected (``expire``)."""
+        if self._probe_until is None:
+            self._answered.clear()
+            self._probe_until = now + within
+            self._next_expiry = min(self._next_expiry, self._probe_until)
+
+    def on_alive(self, receiver: str) -> None:
+        """``receiver`` was heard (a HELLO): it answers a probe, nothing else changes."""
+        if self._probe_until is not None:
+            self._answered.add(receiver)
+
     def _depart(self, receiver: str) -> None:
         self._departed[receiver] = receiver in self._granted
         self._granted.discard(receiver)
@@ -126,20 +145,31 @@ class CreditLedger:
             self.left += 1
             self._min_limit = None
 
-    def expire(self, *, now: float) -> list[str]:
-        """Evict receivers silent for longer than the timeout; return their ids."""
+    def expire(self, *, now: float) -> list[tuple[str, str]]:
+        """Evict receivers silent for longer than the timeout (``evicted``), and those a
+        probe after a closed connection did not hear (``disconnected``); return
+        ``(id, reason)`` of each."""
         if now < self._next_expiry:
             return []
         timeout = self.config.receiver_timeout_s
-        gone = [r for r, t in self._seen.items() if now - t >= timeout]
-        for r in gone:
+        gone = [(r, "evicted") for r, t in self._seen.items() if now - t >= timeout]
+        self.evicted += len(gone)
+        probe = self._probe_until
+        if probe is not None and now >= probe:
+            self._probe_until = None
+            cut = [r for r, t in self._seen.items()
+                   if now - t < timeout and r not in self._answered]
+            self.disconnected += len(cut)
+            gone += [(r, "disconnected") for r in cut]
+        for r, _why in gone:
             del self._limits[r]
             del self._seen[r]
             self._depart(r)
-        self.evicted += len(gone)
         if gone:
             self._min_limit = None
         self._next_expiry = min(self._seen.values(), default=math.inf) + timeout
+        if self._probe_until is not None:
+            self._next_expiry = min(self._next_expiry, self._probe_until)
         return gone
 
     def sendable(self, *, now: float) -> int:
@@ -178,6 +208,7 @@ class CreditLedger:
             "joined": self.joined,
             "left": self.left,
             "evicted": self.evicted,
+            "disconnected": self.disconnected,
             "refused": self.refused,
         }
 

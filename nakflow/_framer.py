@@ -6,7 +6,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._auth import FrameAuth
-from ._codec import T_DATA, T_RDATA, VERSION, Bye, End, Frame, Gone, Hello, encode, pack_frame
+from ._codec import (
+    T_DATA,
+    T_RDATA,
+    VERSION,
+    Bye,
+    End,
+    Frame,
+    Gone,
+    Hello,
+    encode,
+    pack_frame,
+    target_prefix,
+)
 from ._history import SendHistory, Slice
 
 
@@ -40,16 +52,19 @@ class Framer:
         self.bytes += size
         return buf if self.mac is None else self.mac.seal(buf, now=ts)
 
-    def rdata(self, sl: Slice, now: float) -> bytes:
+    def rdata(self, sl: Slice, now: float, *, to: str | None = None) -> bytes:
+        """RDATA for ``sl``; ``to``: for that receiver alone (behind its target prefix)."""
         buf = pack_frame([VERSION, T_RDATA, self.stream, self.sender_id, self.epoch, sl.seq,
                           sl.ts, list(sl.payloads)])
         self.bytes += len(buf)
-        return self._seal(buf, now)
+        buf = self._seal(buf, now)
+        return buf if to is None else target_prefix(to) + buf
 
-    def hello(self, now: float) -> bytes:
+    def hello(self, now: float, *, announce: bool = False) -> bytes:
+        """HELLO (``announce``: only to say that every seq below ``seq`` was sent)."""
         self.said_hello = True
         return self._frame(Hello(self.stream, self.sender_id, "sender", self.mode, self.epoch,
-                                 self.seq, "", now + self.wall_offset), now)
+                                 self.seq, "", now + self.wall_offset, announce), now)
 
     def end(self, now: float) -> bytes:
         """END: every seq below ``seq`` was sent."""

@@ -25,17 +25,32 @@ from typing import Any, NamedTuple, Protocol
 
 from ._auth import FrameAuth
 from ._backpressure import BackpressureEpisodes
-from ._codec import Bye, Data, End, Frame, Gone, Hello, RData, Repair, decode, decode_data, encode
+from ._codec import (
+    TARGET_MAGIC,
+    Bye,
+    Data,
+    End,
+    Frame,
+    Gone,
+    Hello,
+    RData,
+    Repair,
+    decode,
+    decode_data,
+    encode,
+    target_prefix,
+    untarget,
+)
 from ._config import ReceiverConfig
 from ._endpoint import Endpoint
-from ._errors import ConfigError
+from ._errors import ConfigError, ProtocolError
 from ._fill import Uniform
 from ._repair import RepairRequester
 from ._roster import remember
 from ._seqtrack import SequenceTracker
-from ._signals import FillSignals
+from ._signals import PAUSE_S, FillSignals
 from ._timeline import Timeline
-from .events import SenderLeft, StreamEnded
+from .events import BeyondHistory, SenderLeft, StreamEnded
 from .policies import is_other_modes_feedback, make_receiver_flow
 
 log = logging.getLogger("nakflow.receiver")
@@ -116,15 +131,23 @@ class ReceiverCore(Endpoint):
         self._pending: deque[tuple[Key, Message]] = deque()
         self._next_hello = now
         self._depth = 0
+        self._late = 0.0
         self._finished_changed = False
         self.frames_in = self.messages_in = self.dropped = self.delivered = 0
         self.feedback_sent = self.feedback_bytes = self.test_dropped = 0
+        self.io_behind_polls = 0
         self.first_data_at: float | None = None
 
     # -- frames in ------------------------------------------------------------------------
     def receive_data(self, buf: bytes, now: float) -> None:
         """A frame from the data channel: new messages join ``deliveries()``."""
         self.frames_in += 1
+        if buf[:2] == TARGET_MAGIC:  # a repair for this receiver alone (its topic)
+            try:
+                buf = untarget(buf)
+            except ProtocolError:
+                self.malformed += 1
+                return
         got = self._open(buf, now, decode_data)
         if got is None:
             return
@@ -142,11 +165,13 @@ class ReceiverCore(Endpoint):
             self._data(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads,
                        frame.grtt_us, now)
         elif type(frame) is RData:
+            ranges = self.tracker.on_repair(frame.sender, frame.epoch, frame.seq,
+                                            len(frame.payloads))
+            self.signals.arrival.on_repaired(sum(hi - lo for lo, hi in ranges), now)
             self._deliver(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads,
-                          self.tracker.on_repair(frame.sender, frame.epoch, frame.seq,
-                                                 len(frame.payloads)))
+                          ranges)
         elif type(frame) is Gone:
-            self.tracker.on_gone(frame.sender, frame.epoch, frame.lo, frame.hi)
+            self._on_gone(frame)
         elif type(frame) is Hello and frame.role == "sender":
             self._on_sender_hello(frame, now)
         elif type(frame) is End:
@@ -164,7 +189,9 @@ class ReceiverCore(Endpoint):
         if self.first_data_at is None:
             self.first_data_at = now
         self.messages_in += count
-        self.signals.delay.on_delay(sender, now + self.wall_offset - ts)
+        sig = self.signals
+        sig.delay.on_delay(sender, now + self.wall_offset - ts, self._late)
+        sig.arrival.on_frame(sender, seq + count, ts, now)
         ranges = self.tracker.on_data(sender, epoch, seq, count)
         self.flow.on_sender((sender, epoch), seq + count, now=now)
         self._deliver(sender, epoch, seq, ts, payloads, ranges)
@@ -187,13 +214,20 @@ class ReceiverCore(Endpoint):
         if rtt >= self.grtt_s or now - self._grtt_t >= GRTT_HOLD_S:
             if rtt != self.grtt_s:
                 self.flow.set_rtt(min(rtt, MAX_GRTT_S))
+                if self.requester is not None:
+                    self.requester.set_rtt(min(rtt, MAX_GRTT_S))
             self.grtt_s, self._grtt_t = rtt, now
 
     def _on_sender_hello(self, frame: Hello, now: float) -> None:
         if frame.mode != self.mode:
             self._mismatch(f"sender {frame.node} runs mode {frame.mode!r}")
-        # a sender repeats HELLO while it waits (for receivers, or for credit)
         key = (frame.node, frame.epoch)
+        if frame.announce:  # idle: "every seq below next_seq was sent"; no answer
+            if key not in self.ends:
+                self.tracker.on_announce(frame.node, frame.epoch, frame.next_seq)
+                self.flow.on_sender(key, frame.next_seq, now=now)
+            return
+        # a sender repeats HELLO while it waits (for receivers, or for credit)
         self.flow.on_sender(key, frame.next_seq, now=now, waiting=True)
         self.tracker.on_hello(frame.node, frame.epoch, frame.next_seq)
         if key not in self._hellos:
@@ -208,7 +242,7 @@ class ReceiverCore(Endpoint):
         heard = key in self._hellos or key in self.tracker.streams
         self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
         self.flow.on_sender_gone(key)
-        self.signals.delay.forget(frame.sender)
+        self.signals.forget(frame.sender)
         if heard and key not in self.ends:
             self.ends[key] = frame.final_seq
             if len(self.ends) > self.tracker.max_streams:  # bounded, like the tracker
@@ -216,12 +250,24 @@ class ReceiverCore(Endpoint):
             self._finished_changed = True
             self._event(StreamEnded(frame.sender, frame.epoch, frame.final_seq))
 
+    def _on_gone(self, frame: Gone) -> None:
+        """What the sender's history no longer holds is missing here for good: said once
+        a stream in the log, as an event, and counted (``beyond_history``)."""
+        missing = self.tracker.on_gone(frame.sender, frame.epoch, frame.lo, frame.hi)
+        if missing:
+            self._event(BeyondHistory(frame.lo, frame.hi, frame.sender, frame.epoch, missing))
+            self._warn(f"beyond {frame.sender}/{frame.epoch}",
+                       f"{missing} messages of sender {frame.sender} epoch {frame.epoch} are "
+                       "no longer in its history: this receiver fell further behind than the "
+                       "history reaches (counted as beyond_history; a longer history, "
+                       "RepairConfig.history_*, or a faster consumer would have caught up)")
+
     def _on_sender_bye(self, frame: Bye) -> None:
         # after END this changes nothing; without END (an aborted sender) its stream stays
         # incomplete and its credit window is freed for the others
         key = (frame.node, frame.epoch)
         self.flow.on_sender_gone(key)
-        self.signals.delay.forget(frame.node)
+        self.signals.forget(frame.node)
         if key not in self.ends and key not in self.left and (
                 key in self._hellos or key in self.tracker.streams):
             remember(self.left, key, self.tracker.max_streams)
@@ -262,13 +308,15 @@ class ReceiverCore(Endpoint):
         return self._pending
 
     def queued(self, enqueued: dict[Key, int], dropped: list[Message]) -> None:
-        """The queue took ``enqueued`` messages per stream and dropped ``dropped``."""
+        """The queue took ``enqueued`` messages per stream and dropped ``dropped`` (its
+        own trouble if this receiver was held up: the repair may then come to it alone)."""
         flow, tracker = self.flow, self.tracker
         for key, n in enqueued.items():
             flow.on_enqueued(key, n)
+        own = self._late >= PAUSE_S or self.signals.held_up
         for msg in dropped:
             self.dropped += 1
-            tracker.on_dropped(msg.sender, msg.epoch, msg.seq)
+            tracker.on_dropped(msg.sender, msg.epoch, msg.seq, own)
 
     def consumed(self, released: dict[Key, int], depth: int, delivered: int,
                  now: float) -> None:
@@ -278,11 +326,28 @@ class ReceiverCore(Endpoint):
         for key, n in released.items():
             self.flow.on_released(key, n)
         self._depth, self.delivered = depth, delivered
+        self.signals.on_consumed(delivered, depth, now)
         self._feedback(now)
 
+    def late(self, seconds: float, now: float) -> None:
+        """The driver's I/O thread ran ``seconds`` later than it could have before the
+        reads that follow, at ``now`` (``nakflow._lateness``): their frames' queueing
+        delay is the process's, not the path's, and is discounted."""
+        self._late = seconds
+        self.signals.was_late(seconds, now)
+
     def io_behind(self, behind: bool, now: float) -> None:
-        """The driver read a whole chunk and more was waiting (``behind``), or not."""
-        self.signals.io_behind(behind, now)
+        """The driver read a whole chunk and more was waiting (``behind``): counted."""
+        self.io_behind_polls += behind
+
+    def subscriptions(self) -> list[bytes]:
+        """The prefixes the data channel's SUB must subscribe to: everything but the
+        repairs meant for other receivers alone (any first byte but 0xC1; after 0xC1 any
+        second but the target mark; and this receiver's own target prefix)."""
+        magic, mark = TARGET_MAGIC[0], TARGET_MAGIC[1]
+        return ([bytes((b,)) for b in range(256) if b != magic]
+                + [bytes((magic, b)) for b in range(256) if b != mark]
+                + [target_prefix(self.receiver_id)])
 
     def wants_data(self, queue_full: bool) -> bool:
         """Read the data channel now? Not while the queue is full under ``block``."""
@@ -293,7 +358,9 @@ class ReceiverCore(Endpoint):
         depth = self._depth
         self.episodes.observe(depth, now=now)
         seen = self.seen_depth(depth, now=now)
-        for frame in self.flow.poll(seen, now=now):
+        sig = self.signals
+        for frame in self.flow.poll(seen, now=now, signal=sig.signal, rate=sig.rate(now),
+                                    judge=sig.judge):
             self._send(frame, now)
         if self.requester is not None:
             for frame in self.requester.poll(seen / self.capacity_msgs, now=now):
@@ -358,6 +425,7 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "malformed": core.malformed, "foreign": core.foreign,
         "mode_mismatch": core.mode_mismatch, "key_mismatch": core.key_mismatch,
         "policy": flow, "naks_sent": flow.get("naks_sent", {}),
+        "naks_by_signal": flow.get("naks_by_signal", {}),
         "naks_suppressed": flow.get("naks_suppressed", 0),
         "credits_sent": flow.get("credits_sent", 0),
         "repair": None if core.requester is None else core.requester.snapshot(),
@@ -365,7 +433,9 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "auth": None if core.mac is None else core.mac.snapshot(),
         "feedback_frames": core.feedback_sent, "feedback_bytes": core.feedback_bytes,
         "senders": core.tracker.per_sender(),
-        "io_saturated_polls": sig.saturated_polls,
+        "io_behind_polls": core.io_behind_polls,
+        "naks_not_news": flow.get("naks_not_news", 0),
+        "naks_while_paused": flow.get("naks_while_paused", 0),
         "loss_windows": sig.loss.windows, "delay_windows": sig.delay.windows,
         "delay_silent_windows": sig.delay.silent_windows,
         "queueing_ms": round(sig.delay.queueing_s * 1000, 3),

@@ -45,6 +45,16 @@ __all__ = ["ALLOWANCE_MSGS", "SenderCore", "sender_snapshot"]
 log = logging.getLogger("nakflow.sender")
 MAX_BATCH_MSGS = 1024  # payloads per DATA frame in offer_batch
 MAX_BATCH_BYTES = 256 * 1024
+#: While idle after data, the sender announces its last seq (``Hello.announce``) this
+#: long after its last DATA frame, then at doubling intervals up to ANNOUNCE_MAX_S (PGM's
+#: ambient SPM): a receiver that lost the tail learns it within about this long.
+ANNOUNCE_FIRST_S = 0.05
+ANNOUNCE_MAX_S = 1.0
+#: After END, END goes again this many times, at intervals doubling from
+#: max(2 RTT, END_REPEAT_FIRST_S) (NORM's flush): a lost END does not leave receivers
+#: waiting for the stream to end. close() returns after the last one, in every mode.
+END_REPEATS = 3
+END_REPEAT_FIRST_S = 0.02
 
 
 class SenderCore(Endpoint):
@@ -52,7 +62,7 @@ class SenderCore(Endpoint):
     (``SenderConfig.named``). Every frame it hands out is ready to go (sealed if keyed)."""
 
     def __init__(self, config: SenderConfig, *, now: float, wall_offset: float = 0.0,
-                 start_rate_msgs: float | None = None) -> None:
+                 start_rate_msgs: float | None = None, multicast: bool = False) -> None:
         sender_id, epoch = config.sender_id, config.epoch
         if sender_id is None or epoch is None:
             raise ConfigError("SenderCore needs a sender_id and epoch (SenderConfig.named)")
@@ -66,9 +76,10 @@ class SenderCore(Endpoint):
         self.policy = make_sender_flow(cfg.mode, stream=cfg.stream, sender=sender_id,
                                        epoch=epoch, nak=nak, ack=cfg.ack,
                                        max_rate_msgs=cfg.max_rate_msgs)
+        self.policy.t0 = now
         self.admission = Admission(self.policy)
-        self.repairs = (RepairServer(cfg.repair) if cfg.mode == "nak" and cfg.repair.enabled
-                        else None)
+        self.repairs = (RepairServer(cfg.repair, multicast=multicast)
+                        if cfg.mode == "nak" and cfg.repair.enabled else None)
         self.mac = None if cfg.shared_key is None else FrameAuth(cfg.shared_key)
         self.framer = Framer(stream=cfg.stream, sender_id=sender_id, epoch=epoch, mode=cfg.mode,
                              mac=self.mac, wall_offset=wall_offset,
@@ -86,6 +97,9 @@ class SenderCore(Endpoint):
         self._wanted = 0  # receivers the driver waits for (HELLO meanwhile)
         self._next_hello = now
         self._linger_from = self._linger_next = 0.0  # after close: since when, next look
+        self._last_data_t = now
+        self._ann_seq, self._ann_t, self._ann_gap = 0, now, ANNOUNCE_FIRST_S
+        self._end_left, self._end_next, self._end_gap = 0, math.inf, END_REPEAT_FIRST_S
         self.timer_changed = False
         self.feedback_frames = self.feedback_bytes = 0
         self.timeline = Timeline(("sent", "rate_limit", "credit", "blocked_s"),
@@ -179,6 +193,9 @@ class SenderCore(Endpoint):
             return
         if self.life.state != CLOSING:
             self._linger_from = self._linger_next = now
+            rtt = self.roster.rtt_s or 0.0
+            self._end_left, self._end_gap = END_REPEATS, max(2 * rtt, END_REPEAT_FIRST_S)
+            self._end_next = now + self._end_gap
         self.life.step("close")
         self.handle_timer(now)
 
@@ -191,6 +208,17 @@ class SenderCore(Endpoint):
         self.flush(now)
         self.life.step("abort")
         self._bye(now)
+
+    def connection_lost(self, now: float) -> None:
+        """The transport says a receiver's connection closed (ZeroMQ's socket monitor):
+        the policy may evict who stays silent (ack: ``AckConfig.disconnect_probe_s``)."""
+        self.policy.on_connection_lost(now=now)
+        self.timer_changed = True
+
+    @property
+    def watches_connections(self) -> bool:
+        """Whether ``connection_lost`` can change anything (the driver may skip watching)."""
+        return self.mode == "ack" and self.config.ack.disconnect_probe_s is not None
 
     def want_receivers(self, n: int, now: float) -> None:
         """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done)."""
@@ -269,7 +297,9 @@ class SenderCore(Endpoint):
         if self._wanted or self.admission.on_credit:
             t = min(t, self._next_hello)
         if self.life.state == CLOSING:
-            t = min(t, self._linger_next)
+            t = min(t, self._linger_next, self._end_next)
+        elif self.life.state == OPEN:
+            t = min(t, self._announce_at())
         return None if math.isinf(t) else t
 
     def handle_timer(self, now: float) -> None:
@@ -279,12 +309,41 @@ class SenderCore(Endpoint):
         if due is not None and due <= now:
             self.flush(now)
         self._serve_repairs(now)
-        for receiver in self.policy.on_timer(now=now):
-            self._event(ReceiverLeft(receiver, "evicted"))
+        for receiver, why in self.policy.on_timer(now=now):
+            self._event(ReceiverLeft(receiver, why))
         if (self._wanted or self.admission.on_credit) and now >= self._next_hello:
             self._hello(now)
-        if self.life.state == CLOSING and now >= self._linger_next:
-            self._linger(now)
+        state = self.life.state
+        if state == OPEN and now >= self._announce_at():
+            self._announce(now)
+        elif state == CLOSING:
+            if now >= self._end_next:
+                self._repeat_end(now)
+            if now >= self._linger_next:
+                self._linger(now)
+
+    def _announce_at(self) -> float:
+        """When the next announcement of the last seq is due (inf: nothing sent yet)."""
+        seq = self.framer.seq
+        if seq == 0:
+            return math.inf
+        if seq != self._ann_seq:  # data went out since the last announcement
+            return self._last_data_t + ANNOUNCE_FIRST_S
+        return self._ann_t + self._ann_gap
+
+    def _announce(self, now: float) -> None:
+        if self.framer.seq != self._ann_seq:
+            self._ann_seq, self._ann_gap = self.framer.seq, ANNOUNCE_FIRST_S
+        else:
+            self._ann_gap = min(2 * self._ann_gap, ANNOUNCE_MAX_S)
+        self._ann_t = now
+        self.outbox.append(self.framer.hello(now, announce=True))
+
+    def _repeat_end(self, now: float) -> None:
+        self.outbox.append(self.framer.end(now))
+        self._end_left -= 1
+        self._end_gap *= 2
+        self._end_next = now + self._end_gap if self._end_left else math.inf
 
     def _serve_repairs(self, now: float) -> None:
         rs = self.repairs
@@ -296,7 +355,9 @@ class SenderCore(Endpoint):
         rs = self.repairs
         wait = None if rs is None else rs.linger_wait(self._linger_from, now=now,
                                                       sent_any=self.framer.seq > 0)
-        if wait is None:
+        if wait is None and self._end_left:  # the ENDs still to repeat come first
+            self._linger_next = self._end_next
+        elif wait is None:
             self.life.step("done")
             self._bye(now)
         else:
@@ -309,6 +370,7 @@ class SenderCore(Endpoint):
 
     def _data_frame(self, payloads: Sequence[bytes], first: float, now: float) -> None:
         self.outbox.append(self.framer.data(payloads, first, now))
+        self._last_data_t = now
         if self.timeline.due(now):
             rate, credit = self.policy.limits(now=now)
             self.timeline.sample(now, self.framer.seq, rate, credit, self.admission.blocked_s)
@@ -342,7 +404,8 @@ def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
         "blocked_s": round(adm.blocked_s, 6), "credit_stalled_s": round(adm.credit_stalled_s, 6),
         "try_refused": adm.refused, "start_rate_msgs": core.start_rate_msgs,
         "rate_limit": flow.get("rate_limit"), "naks_received": flow.get("naks_received", {}),
-        "cuts": flow.get("cuts", 0),
+        "cuts": flow.get("cuts", 0), "cuts_by_signal": flow.get("cuts_by_signal", {}),
+        "holds_by_signal": flow.get("holds_by_signal", {}), "limiting": flow.get("limiting"),
         "receivers": flow.get("receivers") if core.mode == "ack" else len(core.roster.present),
         "receivers_seen": core.roster.seen,
         "rtt_ms": None if core.roster.rtt_s is None else round(core.roster.rtt_s * 1000, 3),

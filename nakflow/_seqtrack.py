@@ -37,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ._gaps import DROPPED, JOINED, LOST, GapList
+from ._gaps import DROPPED, DROPPED_OWN, JOINED, LOST, GapList
 
 Ranges = list[tuple[int, int]]
 MAX_INTERVALS = 1024  # per sender id; beyond it the oldest are merged (bounded memory)
@@ -226,7 +226,7 @@ class SequenceTracker:
         out: Ranges = []
         for lo, hi, kind in st.gaps.take(seq, min(end, st.next_seq)):
             n = hi - lo
-            if kind != DROPPED:  # lost in flight, or sent before we joined
+            if kind in (LOST, JOINED):  # lost in flight, or sent before we joined
                 if kind == LOST:
                     st.lost -= n
                 else:
@@ -257,15 +257,16 @@ class SequenceTracker:
         if self.repair and key not in self.streams:
             self._new_stream(key, next_seq)
 
-    def on_dropped(self, sender: str, epoch: int, seq: int) -> None:
-        """The queue dropped seq ``seq``, accounted as fresh by ``on_data`` before."""
+    def on_dropped(self, sender: str, epoch: int, seq: int, own: bool = False) -> None:
+        """The queue dropped seq ``seq``, accounted as fresh by ``on_data`` before;
+        ``own``: while this receiver alone was held up (others are unlikely to miss it)."""
         key = (sender, epoch)
         st = self.streams.get(key)
         if st is None:
             return  # evicted meanwhile
         st.dropped += 1
         if self.repair:
-            self._gaps(key, st).add(seq, seq + 1, DROPPED, -1.0)
+            self._gaps(key, st).add(seq, seq + 1, DROPPED_OWN if own else DROPPED, -1.0)
 
     def on_gone(self, sender: str, epoch: int, lo: int, hi: int) -> int:
         """The sender can no longer repair [lo, hi): what of it was lost or dropped here is
@@ -299,14 +300,28 @@ class SequenceTracker:
         if st.final_seq is None:
             if 0 < st.frames < LATE_JOIN_FRAMES:  # a short tail heard: ask for the rest
                 self._join(key, st)
-            if final_seq > st.next_seq:
-                st.lost += final_seq - st.next_seq
-                if self.repair:
-                    self._gaps(key, st).add(st.next_seq, final_seq, LOST, -1.0)
-                st.next_seq = final_seq
+            self._lose_tail(key, st, final_seq)
             st.final_seq = final_seq
             self._ended[key] = None
         return st
+
+    def on_announce(self, sender: str, epoch: int, next_seq: int) -> None:
+        """The sender says every seq below ``next_seq`` was sent (idle, ``Hello.announce``):
+        a tail not heard here is lost (with repair: asked for). A stream never heard
+        starts as at a HELLO."""
+        key = (sender, epoch)
+        st = self.streams.get(key)
+        if st is None:
+            self.on_hello(sender, epoch, next_seq)
+        elif st.final_seq is None:
+            self._lose_tail(key, st, next_seq)
+
+    def _lose_tail(self, key: tuple[str, int], st: StreamState, upto: int) -> None:
+        if upto > st.next_seq:
+            st.lost += upto - st.next_seq
+            if self.repair:
+                self._gaps(key, st).add(st.next_seq, upto, LOST, -1.0)
+            st.next_seq = upto
 
     def _make_room(self) -> None:
         """Forget streams until there is room for one more: the oldest ended first."""

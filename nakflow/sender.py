@@ -19,7 +19,17 @@ from typing import Any
 
 import zmq
 
-from transports import SocketOptions, drain, open_pub, open_sub, parse_endpoints
+from transports import (
+    SocketOptions,
+    disconnections,
+    drain,
+    is_multicast,
+    open_pub,
+    open_sub,
+    parse_endpoints,
+    unwatch,
+    watch_disconnects,
+)
 
 from ._config import SenderConfig, with_overrides
 from ._rate_memory import RATE_MEMORY
@@ -59,7 +69,8 @@ class Sender:
         self._rate_key = ((cfg.stream, tuple(sorted(data_uris)))
                           if cfg.remember_rate and cfg.mode == "nak" else None)
         start = None if self._rate_key is None else RATE_MEMORY.recall(self._rate_key, now=t0)
-        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, start_rate_msgs=start)
+        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, start_rate_msgs=start,
+                               multicast=any(map(is_multicast, data_uris)))
         self.config, self._on_event = cfg, on_event
         ctx = context or zmq.Context.instance()
         self._pub, _ = open_pub(ctx, data_uris, bind=False, options=options)
@@ -70,6 +81,9 @@ class Sender:
             raise
         self._poller = zmq.Poller()
         self._poller.register(self._sub, zmq.POLLIN)
+        self._mon = watch_disconnects(self._pub) if self.core.watches_connections else None
+        if self._mon is not None:
+            self._poller.register(self._mon, zmq.POLLIN)
         self._lock = threading.Lock()  # every use of the core and the sockets
         self._wake = threading.Event()
         self._next_fb_check = t0
@@ -189,6 +203,8 @@ class Sender:
         now = time.monotonic()
         for buf in frames:
             core.receive_feedback(buf, now)
+        if self._mon is not None and disconnections(self._mon):
+            core.connection_lost(now)
         if now >= self._timer_at(now):
             core.handle_timer(now)
         self._transmit()
@@ -266,6 +282,8 @@ class Sender:
                 if self._rate_key is not None and rate is not None:
                     RATE_MEMORY.remember(self._rate_key, rate, now=now)
             finally:
+                if self._mon is not None:
+                    unwatch(self._pub, self._mon)
                 self._pub.close(None if linger_s is None else int(linger_s * 1000))
                 self._sub.close(0)
         self._wake.set()

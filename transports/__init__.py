@@ -6,6 +6,7 @@ from .channels import (
     Curve,
     EndpointError,
     SocketOptions,
+    disconnections,
     drain,
     is_multicast,
     open_pub,
@@ -13,6 +14,8 @@ from .channels import (
     open_sub,
     parse_endpoints,
     scheme_of,
+    unwatch,
+    watch_disconnects,
 )
 
 __all__ = [
@@ -21,6 +24,7 @@ __all__ = [
     "Curve",
     "EndpointError",
     "SocketOptions",
+    "disconnections",
     "drain",
     "is_multicast",
     "open_pub",
@@ -28,4 +32,6 @@ __all__ = [
     "open_sub",
     "parse_endpoints",
     "scheme_of",
+    "unwatch",
+    "watch_disconnects",
 ]

@@ -175,13 +175,15 @@ def _attach(sock: zmq.Socket[bytes], uris: Sequence[str], bind: bool) -> list[st
 
 
 def _open(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, uris: Sequence[str], bind: bool,
-          options: SocketOptions | None) -> tuple[zmq.Socket[bytes], list[str]]:
+          options: SocketOptions | None,
+          subscribe: Sequence[bytes] = (b"",)) -> tuple[zmq.Socket[bytes], list[str]]:
     opts = options or SocketOptions()
     sock = ctx.socket(kind)
     try:
         _apply(sock, opts, any(is_multicast(u) for u in uris), bind)
         if kind == zmq.SUB:
-            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            for prefix in subscribe:
+                sock.setsockopt(zmq.SUBSCRIBE, prefix)
         return sock, _attach(sock, uris, bind)
     except BaseException:
         sock.close(0)
@@ -195,9 +197,11 @@ def open_pub(ctx: zmq.Context[zmq.Socket[bytes]], uris: Sequence[str], *, bind: 
 
 
 def open_sub(ctx: zmq.Context[zmq.Socket[bytes]], uris: Sequence[str], *, bind: bool,
-             options: SocketOptions | None = None) -> tuple[zmq.Socket[bytes], list[str]]:
-    """A SUB socket subscribed to everything on ``uris``; returns it and the bound endpoints."""
-    return _open(ctx, zmq.SUB, uris, bind, options)
+             options: SocketOptions | None = None,
+             subscribe: Sequence[bytes] = (b"",)) -> tuple[zmq.Socket[bytes], list[str]]:
+    """A SUB socket subscribed to the ``subscribe`` prefixes (default: everything) on
+    ``uris``; returns it and the bound endpoints."""
+    return _open(ctx, zmq.SUB, uris, bind, options, subscribe)
 
 
 def drain(sock: zmq.Socket[bytes], limit: int) -> list[bytes]:
@@ -212,14 +216,44 @@ def drain(sock: zmq.Socket[bytes], limit: int) -> list[bytes]:
     return out
 
 
+def watch_disconnects(sock: zmq.Socket[bytes]) -> zmq.Socket[bytes]:
+    """A socket on which ZeroMQ's socket monitor reports each peer connection of
+    ``sock`` that closed (EVENT_DISCONNECTED: over tcp and ipc, a peer process that died
+    or closed its socket). Close it with ``unwatch``."""
+    mon: zmq.Socket[bytes] = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    return mon
+
+
+def disconnections(mon: zmq.Socket[bytes]) -> int:
+    """Disconnections ``mon`` reported since the last look (never blocks)."""
+    n = 0
+    try:
+        for _ in range(1_000):
+            event = mon.recv_multipart(zmq.NOBLOCK)[0]  # [event u16, value u32], address
+            n += int.from_bytes(event[:2], "little") == zmq.EVENT_DISCONNECTED
+    except zmq.Again:
+        pass
+    return n
+
+
+def unwatch(sock: zmq.Socket[bytes], mon: zmq.Socket[bytes]) -> None:
+    """Stop watching ``sock`` and close ``mon``."""
+    try:
+        sock.disable_monitor()
+    except zmq.ZMQError:
+        pass  # the socket is already closed
+    mon.close(0)
+
+
 def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,
                           data: str | Sequence[str], feedback: str | Sequence[str],
                           overhear: str | Sequence[str], options: SocketOptions | None,
+                          subscribe: Sequence[bytes] = (b"",),
                           ) -> tuple[Any, list[str], Any, list[str], Any, Any]:
-    """A receiver's sockets: (data SUB, its bound endpoints, feedback PUB, its bound
-    endpoints, overhearing SUB or None, CURVE authenticator or None); all closed again if
-    any of them fails. Over multicast the overhearing SUB joins the feedback group, where
-    the other receivers speak."""
+    """A receiver's sockets: (data SUB subscribed to ``subscribe``, its bound endpoints,
+    feedback PUB, its bound endpoints, overhearing SUB or None, CURVE authenticator or
+    None); all closed again if any of them fails. Over multicast the overhearing SUB
+    joins the feedback group, where the other receivers speak."""
     curve = options.curve if options is not None else None
     auth: Any = None
     if curve is not None:
@@ -239,7 +273,8 @@ def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,
         ctx = context or zmq.Context.instance()
     sockets: list[zmq.Socket[bytes]] = []
     try:
-        sub, data_eps = open_sub(ctx, parse_endpoints(data), bind=True, options=options)
+        sub, data_eps = open_sub(ctx, parse_endpoints(data), bind=True, options=options,
+                                 subscribe=subscribe)
         sockets.append(sub)
         pub, fb_eps = open_pub(ctx, parse_endpoints(feedback), bind=True, options=options)
         sockets.append(pub)
