@@ -34,7 +34,10 @@ DATA_GROUP, FEEDBACK_GROUP = "239.193.7.1:5601", "239.193.7.2:5602"
 LAB_NOTES = {"receiver": "rx1, rx2 on full-speed links; the last one behind the --bottleneck "
                         "link (a tbf qdisc)",
              "link": "the receiver's link: bridge port rate (tbf) or 'full'",
-             "repair_reqs": "repair requests this receiver sent (nak mode)"}
+             "repair_reqs": "repair requests this receiver sent (nak mode)",
+             "mid_run": "msgs/s between a quarter and three quarters of the messages "
+                        "delivered (steady state)",
+             "goodput": "msgs/s over the whole run at this receiver"}
 
 
 def lab_unavailable() -> str | None:
@@ -192,21 +195,93 @@ def run_mode(lab: Lab, mode: str, *, count: int, size: int, timeout_s: float,
     return result
 
 
-def table_rows(results: list[dict[str, Any]], lab: Lab, count: int) -> list[dict[str, Any]]:
-    rows = []
-    for res in results:
-        for host, snap in res["receivers"].items():
-            rows.append({
-                "mode": res["mode"], "transport": res["transport"], "receiver": host,
+NORM_GROUP = "239.193.7.9:6003"
+
+
+def run_norm(lab: Lab, *, count: int, size: int, timeout_s: float) -> dict[str, Any]:
+    """The same transfer with NORM-CC (``benchmarks/norm_peer.py``): a NORM receiver on each
+    receiver host, a NORM sender on ``lab.hosts[0]``, group NORM_GROUP on ``eth0``."""
+    tx, rxs = lab.hosts[0], lab.hosts[1:]
+    tmp = tempfile.mkdtemp(prefix="nakflow-lab-norm-")
+    peer = [sys.executable, "-m", "benchmarks.norm_peer"]
+    common = ["--group", NORM_GROUP, "--iface", "eth0", "--count", str(count), "--size",
+              str(size), "--timeout", str(timeout_s)]
+    procs = {}
+    for i, host in enumerate(rxs):
+        procs[host] = lab.popen(host, [*peer, "recv", *common, "--node-id", str(i + 2),
+                                       "--ready-file", os.path.join(tmp, f"{host}.json")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for host in rxs:
+        end = time.monotonic() + 30
+        while not os.path.exists(os.path.join(tmp, f"{host}.json")):
+            if procs[host].poll() is not None or time.monotonic() > end:
+                raise RuntimeError(f"NORM receiver {host} did not start: "
+                                   f"{procs[host].stderr.read() if procs[host].stderr else ''}")
+            time.sleep(0.05)
+    t0 = time.time()
+    sender = lab.popen(tx, [*peer, "send", *common], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out, err = sender.communicate(timeout=timeout_s + 60)
+    if sender.returncode != 0:
+        raise RuntimeError(f"NORM sender failed ({sender.returncode}): {err[-2000:]}")
+    result: dict[str, Any] = {"mode": "norm-cc", "transport": "norm", "started_at": t0,
+                              "sender": json.loads(out), "receivers": {}}
+    result["send_s"] = result["sender"]["send_s"]
+    for host, proc in procs.items():
+        out, err = proc.communicate(timeout=timeout_s + 60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"NORM receiver {host} failed ({proc.returncode}): {err[-2000:]}")
+        result["receivers"][host] = json.loads(out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def mid_run_rate(times: Sequence[float], counts: Sequence[float], total: int) -> float | None:
+    """The rate between a quarter and three quarters of ``total`` delivered: steady state,
+    without the start-up and the tail."""
+    import numpy as np
+
+    if len(times) < 2 or counts[-1] < 0.75 * total:
+        return None
+    ta, tb = np.interp([0.25 * total, 0.75 * total], counts, times)
+    return 0.5 * total / (tb - ta) if tb > ta else None
+
+
+def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: int,
+                  lab: Lab) -> dict[str, Any]:
+    if res["mode"] == "norm-cc":
+        times = snap["times_per_100"]
+        whole = (snap["delivered"] / (times[-1] - res["started_at"])) if times else 0.0
+        return {"mode": "norm-cc", "transport": "norm", "receiver": host,
                 "link": lab.bottleneck.get(host, "full"),
-                "rows_per_s": round(count / res["send_s"]),
-                "goodput": round(snap["goodput_msgs"]), "delivered": snap["delivered"],
-                "missing": count - snap["delivered"], "dropped": snap["dropped"],
-                "repaired": snap["repaired"], "lost": snap["lost"],
-                "beyond_history": snap["beyond_history"],
-                "naks": sum(snap["naks_sent"].values()), "credits": snap["credits_sent"],
-                "repair_reqs": (snap["repair"] or {}).get("requests_sent", 0)})
-    return rows
+                "rows_per_s": round(count / res["send_s"]), "goodput": round(whole),
+                "mid_run": _round(mid_run_rate(times, [100 * (i + 1) for i in
+                                                       range(len(times))], count)),
+                "delivered": snap["delivered"], "missing": count - snap["delivered"],
+                "lost": snap["lost"]}
+    tl = snap.get("timeline") or {}
+    times = [snap["started_at"] + t for t in tl.get("t", [])]
+    return {"mode": res["mode"], "transport": res["transport"], "receiver": host,
+            "link": lab.bottleneck.get(host, "full"),
+            "rows_per_s": round(count / res["send_s"]),
+            "goodput": round(snap["goodput_msgs"]),
+            "mid_run": _round(mid_run_rate(times, tl.get("delivered", []), count)),
+            "delivered": snap["delivered"], "missing": count - snap["delivered"],
+            "dropped": snap["dropped"], "repaired": snap["repaired"], "lost": snap["lost"],
+            "beyond_history": snap["beyond_history"],
+            "naks": sum(snap["naks_sent"].values()), "credits": snap["credits_sent"],
+            "repair_reqs": (snap["repair"] or {}).get("requests_sent", 0)}
+
+
+def _round(x: float | None) -> int | None:
+    return None if x is None else round(x)
+
+
+def table_rows(results: list[dict[str, Any]], lab: Lab, count: int) -> list[dict[str, Any]]:
+    return [_receiver_row(res, host, snap, count, lab)
+            for res in results for host, snap in res["receivers"].items()]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -224,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=20_000, help="messages per mode")
     p.add_argument("--size", type=int, default=1_000, help="payload bytes per message")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per mode, at most")
+    p.add_argument("--peers", default="",
+                   help="peer systems to run in the same lab: 'norm' (NORM-CC, libnorm)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     why = lab_unavailable()
@@ -239,6 +316,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
             results.append(run_mode(lab, mode, count=args.count, size=args.size,
                                     timeout_s=args.timeout, transport=args.transport))
+        if "norm" in args.peers.split(","):
+            from benchmarks.norm_peer import norm_unavailable
+
+            why_norm = norm_unavailable()
+            if why_norm:
+                print(f"[lab] NORM skipped: {why_norm}", file=sys.stderr, flush=True)
+            else:
+                print(f"[lab] NORM-CC: {args.count:,} messages of {args.size} bytes ...",
+                      file=sys.stderr, flush=True)
+                results.append(run_norm(lab, count=args.count, size=args.size,
+                                        timeout_s=args.timeout))
         rows = table_rows(results, lab, args.count)
     if args.json:
         print(json.dumps({"rows": rows, "runs": results}, default=str))

@@ -35,6 +35,16 @@ if ! command -v prometheus-pushgateway >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
       prometheus-pushgateway; } >/dev/null || log "apt-get failed: no Pushgateway test"
 fi
 
+# The peers benchmarks/ measures beside nakflow: NORM (NRL's libnorm, NORM-CC, through
+# ctypes: benchmarks/norm_peer.py) and JGroups (benchmarks/jgroups/Member.java). The
+# benchmarks skip a peer they cannot start and say why; no test needs them.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+    && { ! ldconfig -p 2>/dev/null | grep -q libnorm || [ ! -e /usr/share/java/jgroups.jar ]; }; then
+  log "installing Debian's libnorm1 and libjgroups-java (benchmark peers) ..."
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      libnorm1 libjgroups-java; } >/dev/null || log "apt-get failed: no NORM/JGroups peer rows"
+fi
+
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install --upgrade pip >/dev/null
