@@ -14,15 +14,13 @@ import zmq
 import zmq.asyncio
 
 from transports import (
+    DisconnectWatch,
     SocketOptions,
-    disconnections,
     drain,
     is_multicast,
     open_pub,
     open_sub,
     parse_endpoints,
-    unwatch,
-    watch_disconnects,
 )
 
 from ._async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
@@ -50,8 +48,7 @@ class AsyncSender:
         self._apub, _ = open_pub(ctx, data_uris, bind=False, options=options)
         self._asub, _ = open_sub(ctx, parse_endpoints(feedback), bind=False, options=options)
         self._pub, self._sub = shadow(self._apub), shadow(self._asub)
-        self._amon = (watch_disconnects(self._apub) if self.core.watches_connections
-                      else None)
+        self._watch = DisconnectWatch(self._apub) if self.core.watches_connections else None
         self._timer = LoopTimer(self._on_timer)
         self._progress = asyncio.Event()  # set whenever feedback or a timer was handled
         self._reader: asyncio.Task[None] | None = None
@@ -84,15 +81,8 @@ class AsyncSender:
 
     async def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
         """Send many messages in few DATA frames, paced by the policy as a whole."""
-        core, done = self.core, 0
-
-        def offer(now: float) -> float:
-            nonlocal done
-            n, wait = core.offer_batch(payloads, done, now)
-            done += n
-            return wait if not n else 0.0
-
-        while done < len(payloads):
+        offer = self.core.batch_offer(payloads)
+        while not offer.done:
             now = time.monotonic()
             wait = offer(now)
             self._transmit()
@@ -136,8 +126,8 @@ class AsyncSender:
             self._timer.cancel()
             if self._reader is not None:
                 self._reader.cancel()
-            if self._amon is not None:
-                unwatch(self._apub, self._amon)
+            if self._watch is not None:
+                self._watch.close()
             self._apub.close()
             self._asub.close(0)
 
@@ -175,15 +165,14 @@ class AsyncSender:
     async def _read_feedback(self) -> None:
         poller = zmq.asyncio.Poller()
         poller.register(self._asub, zmq.POLLIN)
-        mon = None if self._amon is None else shadow(self._amon)
-        if self._amon is not None:
-            poller.register(self._amon, zmq.POLLIN)
+        if self._watch is not None:
+            poller.register(self._watch.socket, zmq.POLLIN)
         while not self.core.closed:
             await poller.poll()
             now = time.monotonic()
             for buf in drain(self._sub, 10_000):
                 self.core.receive_feedback(buf, now)
-            if mon is not None and disconnections(mon):
+            if self._watch is not None and self._watch.lost():
                 self.core.connection_lost(now)
             self._after_input(now)
 

@@ -133,6 +133,15 @@ class FillMonitor:
             self.predicted += 1  # only the prediction reached this level
         return held
 
+    def kept_back(self, level: int) -> None:
+        """The NAK of ``level`` that ``update`` returned was not sent after all (the
+        receiver is catching up, or its consumer paused and said so): not counted sent."""
+        n = self.naks_sent.get(level, 0) - 1
+        if n > 0:
+            self.naks_sent[level] = n
+        else:
+            self.naks_sent.pop(level, None)
+
     def _fills_before(self, fill: float, now: float, until: float) -> bool:
         """At the growth since the pending NAK fell due, does the queue reach the top
         level after a NAK sent now could still act (one RTT) but before one sent at

@@ -36,25 +36,16 @@ from ._framer import Framer
 from ._lifecycle import CLOSED, CLOSING, OPEN, Lifecycle
 from ._repair_server import REPAIR_POLL_S, RepairServer
 from ._roster import ReceiverRoster
+from ._tail import TailAnnouncer
 from ._timeline import Timeline
 from .events import BeyondHistory, Closed, ReceiverJoined, ReceiverLeft
 from .policies import is_other_modes_feedback, make_sender_flow
 
-__all__ = ["ALLOWANCE_MSGS", "SenderCore", "sender_snapshot"]
+__all__ = ["ALLOWANCE_MSGS", "BatchOffer", "SenderCore", "sender_snapshot"]
 
 log = logging.getLogger("nakflow.sender")
 MAX_BATCH_MSGS = 1024  # payloads per DATA frame in offer_batch
 MAX_BATCH_BYTES = 256 * 1024
-#: While idle after data, the sender announces its last seq (``Hello.announce``) this
-#: long after its last DATA frame, then at doubling intervals up to ANNOUNCE_MAX_S (PGM's
-#: ambient SPM): a receiver that lost the tail learns it within about this long.
-ANNOUNCE_FIRST_S = 0.05
-ANNOUNCE_MAX_S = 1.0
-#: After END, END goes again this many times, at intervals doubling from
-#: max(2 RTT, END_REPEAT_FIRST_S) (NORM's flush): a lost END does not leave receivers
-#: waiting for the stream to end. close() returns after the last one, in every mode.
-END_REPEATS = 3
-END_REPEAT_FIRST_S = 0.02
 
 
 class SenderCore(Endpoint):
@@ -97,9 +88,7 @@ class SenderCore(Endpoint):
         self._wanted = 0  # receivers the driver waits for (HELLO meanwhile)
         self._next_hello = now
         self._linger_from = self._linger_next = 0.0  # after close: since when, next look
-        self._last_data_t = now
-        self._ann_seq, self._ann_t, self._ann_gap = 0, now, ANNOUNCE_FIRST_S
-        self._end_left, self._end_next, self._end_gap = 0, math.inf, END_REPEAT_FIRST_S
+        self.tail = TailAnnouncer(now)
         self.timer_changed = False
         self.feedback_frames = self.feedback_bytes = 0
         self.timeline = Timeline(("sent", "rate_limit", "credit", "blocked_s"),
@@ -169,6 +158,10 @@ class SenderCore(Endpoint):
         self._data_frame(payloads[start:start + granted], now, now)
         return granted, 0.0
 
+    def batch_offer(self, payloads: Sequence[bytes]) -> BatchOffer:
+        """``payloads`` to offer as a batch (``offer_batch``), a part at a time."""
+        return BatchOffer(self, payloads)
+
     def flush(self, now: float) -> None:
         """The frame being built leaves now."""
         if self.batch.payloads:
@@ -193,9 +186,7 @@ class SenderCore(Endpoint):
             return
         if self.life.state != CLOSING:
             self._linger_from = self._linger_next = now
-            rtt = self.roster.rtt_s or 0.0
-            self._end_left, self._end_gap = END_REPEATS, max(2 * rtt, END_REPEAT_FIRST_S)
-            self._end_next = now + self._end_gap
+            self.tail.start_ends(now, self.roster.rtt_s or 0.0)
         self.life.step("close")
         self.handle_timer(now)
 
@@ -297,14 +288,15 @@ class SenderCore(Endpoint):
         if self._wanted or self.admission.on_credit:
             t = min(t, self._next_hello)
         if self.life.state == CLOSING:
-            t = min(t, self._linger_next, self._end_next)
+            t = min(t, self._linger_next, self.tail.end_at)
         elif self.life.state == OPEN:
-            t = min(t, self._announce_at())
+            t = min(t, self.tail.announce_at(self.framer.seq))
         return None if math.isinf(t) else t
 
     def handle_timer(self, now: float) -> None:
         """Do what is due at ``now``: a frame whose linger is over leaves, repairs the
-        policy admits, HELLO while waiting, evictions, the end of the linger after END."""
+        policy admits, HELLO while waiting, evictions, the last seq announced while idle,
+        END repeated and the end of the linger after END."""
         due = self.batch.deadline()
         if due is not None and due <= now:
             self.flush(now)
@@ -314,36 +306,16 @@ class SenderCore(Endpoint):
         if (self._wanted or self.admission.on_credit) and now >= self._next_hello:
             self._hello(now)
         state = self.life.state
-        if state == OPEN and now >= self._announce_at():
-            self._announce(now)
+        tail, seq = self.tail, self.framer.seq
+        if state == OPEN and now >= tail.announce_at(seq):  # idle: say where it stands
+            tail.announced(seq, now)
+            self.outbox.append(self.framer.hello(now, announce=True))
         elif state == CLOSING:
-            if now >= self._end_next:
-                self._repeat_end(now)
+            if now >= tail.end_at:
+                tail.end_repeated(now)
+                self.outbox.append(self.framer.end(now))
             if now >= self._linger_next:
                 self._linger(now)
-
-    def _announce_at(self) -> float:
-        """When the next announcement of the last seq is due (inf: nothing sent yet)."""
-        seq = self.framer.seq
-        if seq == 0:
-            return math.inf
-        if seq != self._ann_seq:  # data went out since the last announcement
-            return self._last_data_t + ANNOUNCE_FIRST_S
-        return self._ann_t + self._ann_gap
-
-    def _announce(self, now: float) -> None:
-        if self.framer.seq != self._ann_seq:
-            self._ann_seq, self._ann_gap = self.framer.seq, ANNOUNCE_FIRST_S
-        else:
-            self._ann_gap = min(2 * self._ann_gap, ANNOUNCE_MAX_S)
-        self._ann_t = now
-        self.outbox.append(self.framer.hello(now, announce=True))
-
-    def _repeat_end(self, now: float) -> None:
-        self.outbox.append(self.framer.end(now))
-        self._end_left -= 1
-        self._end_gap *= 2
-        self._end_next = now + self._end_gap if self._end_left else math.inf
 
     def _serve_repairs(self, now: float) -> None:
         rs = self.repairs
@@ -355,8 +327,8 @@ class SenderCore(Endpoint):
         rs = self.repairs
         wait = None if rs is None else rs.linger_wait(self._linger_from, now=now,
                                                       sent_any=self.framer.seq > 0)
-        if wait is None and self._end_left:  # the ENDs still to repeat come first
-            self._linger_next = self._end_next
+        if wait is None and self.tail.ends_left:  # the ENDs still to repeat come first
+            self._linger_next = self.tail.end_at
         elif wait is None:
             self.life.step("done")
             self._bye(now)
@@ -370,7 +342,7 @@ class SenderCore(Endpoint):
 
     def _data_frame(self, payloads: Sequence[bytes], first: float, now: float) -> None:
         self.outbox.append(self.framer.data(payloads, first, now))
-        self._last_data_t = now
+        self.tail.last_data_t = now
         if self.timeline.due(now):
             rate, credit = self.policy.limits(now=now)
             self.timeline.sample(now, self.framer.seq, rate, credit, self.admission.blocked_s)
@@ -390,6 +362,23 @@ class SenderCore(Endpoint):
     def snapshot(self, now: float) -> dict[str, Any]:
         """Metrics, JSON-ready."""
         return sender_snapshot(self, now)
+
+
+class BatchOffer:
+    """What is left of one ``send_batch``: calling it offers the rest at ``now`` and says
+    0.0 (some were admitted) or how long to wait; ``done`` once all were admitted."""
+
+    def __init__(self, core: SenderCore, payloads: Sequence[bytes]) -> None:
+        self.core, self.payloads, self.sent = core, payloads, 0
+
+    @property
+    def done(self) -> bool:
+        return self.sent >= len(self.payloads)
+
+    def __call__(self, now: float) -> float:
+        n, wait = self.core.offer_batch(self.payloads, self.sent, now)
+        self.sent += n
+        return wait if not n else 0.0
 
 
 def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:

@@ -427,10 +427,12 @@ class NakFeedback(ReceiverFlow):
             return []
         if verdict == NOT_NEWS:
             self.not_news += 1
+            self.monitor.kept_back(level)
             return []
         if verdict == PAUSE:
             self.paused += 1
             if self._said_paused:
+                self.monitor.kept_back(level)
                 return []
             self._said_paused, signal, rate = True, SIGNAL_CODES["paused"], 0.0
         fill = round(self.monitor.fill_pct(depth), 2)

@@ -20,15 +20,13 @@ from typing import Any
 import zmq
 
 from transports import (
+    DisconnectWatch,
     SocketOptions,
-    disconnections,
     drain,
     is_multicast,
     open_pub,
     open_sub,
     parse_endpoints,
-    unwatch,
-    watch_disconnects,
 )
 
 from ._config import SenderConfig, with_overrides
@@ -81,9 +79,9 @@ class Sender:
             raise
         self._poller = zmq.Poller()
         self._poller.register(self._sub, zmq.POLLIN)
-        self._mon = watch_disconnects(self._pub) if self.core.watches_connections else None
-        if self._mon is not None:
-            self._poller.register(self._mon, zmq.POLLIN)
+        self._watch = DisconnectWatch(self._pub) if self.core.watches_connections else None
+        if self._watch is not None:
+            self._poller.register(self._watch.socket, zmq.POLLIN)
         self._lock = threading.Lock()  # every use of the core and the sockets
         self._wake = threading.Event()
         self._next_fb_check = t0
@@ -137,15 +135,8 @@ class Sender:
         """Send many messages in few DATA frames, paced by the policy as a whole. Raises
         TimeoutError after ``timeout`` s without any permission (what went stays sent)."""
         with self._lock:
-            core, done = self.core, 0
-
-            def offer(now: float) -> float:
-                nonlocal done
-                n, wait = core.offer_batch(payloads, done, now)
-                done += n
-                return wait if not n else 0.0
-
-            while done < len(payloads):
+            offer = self.core.batch_offer(payloads)
+            while not offer.done:
                 now = time.monotonic()
                 if now >= self._next_fb_check:
                     self._service(now, 0.0)
@@ -203,7 +194,7 @@ class Sender:
         now = time.monotonic()
         for buf in frames:
             core.receive_feedback(buf, now)
-        if self._mon is not None and disconnections(self._mon):
+        if self._watch is not None and self._watch.lost():
             core.connection_lost(now)
         if now >= self._timer_at(now):
             core.handle_timer(now)
@@ -282,8 +273,8 @@ class Sender:
                 if self._rate_key is not None and rate is not None:
                     RATE_MEMORY.remember(self._rate_key, rate, now=now)
             finally:
-                if self._mon is not None:
-                    unwatch(self._pub, self._mon)
+                if self._watch is not None:
+                    self._watch.close()
                 self._pub.close(None if linger_s is None else int(linger_s * 1000))
                 self._sub.close(0)
         self._wake.set()

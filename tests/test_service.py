@@ -63,9 +63,13 @@ def test_scraped_metrics_equal_the_json_snapshots():
             # then the consumer takes nothing: the receiver says so once (a NAK with
             # signal "paused") and is silent after it; scrape once the sender heard it
             wait_until(lambda: rx.snapshot()["naks_while_paused"] > 0, 30, "the pause")
-            tx.poll(0.0)
-            wait_until(lambda: tx.poll(0.01) or sum(tx.snapshot()["naks_received"].values())
-                       == sum(rx.snapshot()["naks_sent"].values()), 30, "the NAKs")
+
+            def all_heard() -> bool:
+                tx.poll(0.01)  # the sender reads its feedback
+                heard = sum(tx.snapshot()["naks_received"].values())
+                return heard == sum(rx.snapshot()["naks_sent"].values())
+
+            wait_until(all_heard, 30, "the NAKs at the sender")
             page = scrape(server.url)
             s, r = tx.snapshot(), rx.snapshot()
         finally:

@@ -23,7 +23,8 @@ import pytest
 
 from nakflow import AckConfig, ReceiverConfig, ReceiverCore, RepairConfig, Sender, SenderConfig
 from nakflow._credit import CreditLedger
-from nakflow._sender_core import ANNOUNCE_FIRST_S, END_REPEATS, SenderCore
+from nakflow._sender_core import SenderCore
+from nakflow._tail import ANNOUNCE_FIRST_S, END_REPEATS
 from nakflow.events import ReceiverLeft
 from nakflow.testing import LocalReceivers, ReceiverSpec
 from nakflow.wire import End, Hello, Repair, decode, encode

@@ -4,9 +4,9 @@ from .channels import (
     MULTICAST,
     SCHEMES,
     Curve,
+    DisconnectWatch,
     EndpointError,
     SocketOptions,
-    disconnections,
     drain,
     is_multicast,
     open_pub,
@@ -14,17 +14,15 @@ from .channels import (
     open_sub,
     parse_endpoints,
     scheme_of,
-    unwatch,
-    watch_disconnects,
 )
 
 __all__ = [
     "MULTICAST",
     "SCHEMES",
     "Curve",
+    "DisconnectWatch",
     "EndpointError",
     "SocketOptions",
-    "disconnections",
     "drain",
     "is_multicast",
     "open_pub",
@@ -32,6 +30,4 @@ __all__ = [
     "open_sub",
     "parse_endpoints",
     "scheme_of",
-    "unwatch",
-    "watch_disconnects",
 ]

@@ -216,33 +216,32 @@ def drain(sock: zmq.Socket[bytes], limit: int) -> list[bytes]:
     return out
 
 
-def watch_disconnects(sock: zmq.Socket[bytes]) -> zmq.Socket[bytes]:
-    """A socket on which ZeroMQ's socket monitor reports each peer connection of
-    ``sock`` that closed (EVENT_DISCONNECTED: over tcp and ipc, a peer process that died
-    or closed its socket). Close it with ``unwatch``."""
-    mon: zmq.Socket[bytes] = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-    return mon
+class DisconnectWatch:
+    """ZeroMQ's socket monitor on ``sock``: the peer connections of ``sock`` that closed
+    (EVENT_DISCONNECTED: over tcp and ipc, a peer process that died or closed its socket).
+    Poll ``socket`` for POLLIN (a plain or an asyncio socket, as ``sock`` is); ``lost()``
+    counts the disconnections since the last look and never blocks."""
 
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self.socket = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._plain: zmq.Socket[bytes] = zmq.Socket.shadow(self.socket.underlying)
 
-def disconnections(mon: zmq.Socket[bytes]) -> int:
-    """Disconnections ``mon`` reported since the last look (never blocks)."""
-    n = 0
-    try:
+    def lost(self) -> int:
+        plain, n = self._plain, 0
         for _ in range(1_000):
-            event = mon.recv_multipart(zmq.NOBLOCK)[0]  # [event u16, value u32], address
+            if not int(plain.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                break
+            event = plain.recv_multipart()[0]  # [event u16, value u32], then the address
             n += int.from_bytes(event[:2], "little") == zmq.EVENT_DISCONNECTED
-    except zmq.Again:
-        pass
-    return n
+        return n
 
-
-def unwatch(sock: zmq.Socket[bytes], mon: zmq.Socket[bytes]) -> None:
-    """Stop watching ``sock`` and close ``mon``."""
-    try:
-        sock.disable_monitor()
-    except zmq.ZMQError:
-        pass  # the socket is already closed
-    mon.close(0)
+    def close(self) -> None:
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass  # the socket is already closed
+        self.socket.close(0)
 
 
 def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,

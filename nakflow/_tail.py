@@ -1,0 +1,52 @@
+"""The tail of a sender's stream, made known (sans-I/O): while idle after data the
+sender announces its last seq (``Hello.announce``, PGM's ambient SPM), and after END it
+repeats END (NORM's flush). A receiver that lost the tail counts it lost and asks for it;
+one that lost END still ends. ``SenderCore`` asks when each is due and sends the frames.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: The first announcement goes this long after the last DATA frame, the next ones at
+#: doubling intervals up to ANNOUNCE_MAX_S, s: a lost tail is known within about this.
+ANNOUNCE_FIRST_S = 0.05
+ANNOUNCE_MAX_S = 1.0
+#: After END, END goes again this many times, at intervals doubling from
+#: max(2 RTT, END_REPEAT_FIRST_S); close() returns after the last one, in every mode.
+END_REPEATS = 3
+END_REPEAT_FIRST_S = 0.02
+
+
+class TailAnnouncer:
+    """When the next announcement and the next repeated END are due."""
+
+    def __init__(self, now: float) -> None:
+        self.last_data_t = now  # the core sets it per DATA frame
+        self._seq, self._at, self._gap = 0, now, ANNOUNCE_FIRST_S
+        self.ends_left, self.end_at, self._end_gap = 0, math.inf, END_REPEAT_FIRST_S
+
+    def announce_at(self, seq: int) -> float:
+        """When to announce ``seq`` (the next seq to send; inf: nothing sent yet)."""
+        if seq == 0:
+            return math.inf
+        if seq != self._seq:  # data went out since the last announcement
+            return self.last_data_t + ANNOUNCE_FIRST_S
+        return self._at + self._gap
+
+    def announced(self, seq: int, now: float) -> None:
+        if seq != self._seq:
+            self._seq, self._gap = seq, ANNOUNCE_FIRST_S
+        else:
+            self._gap = min(2 * self._gap, ANNOUNCE_MAX_S)
+        self._at = now
+
+    def start_ends(self, now: float, rtt_s: float) -> None:
+        """END was sent at ``now``: schedule its repeats."""
+        self.ends_left, self._end_gap = END_REPEATS, max(2 * rtt_s, END_REPEAT_FIRST_S)
+        self.end_at = now + self._end_gap
+
+    def end_repeated(self, now: float) -> None:
+        self.ends_left -= 1
+        self._end_gap *= 2
+        self.end_at = now + self._end_gap if self.ends_left else math.inf
