@@ -17,7 +17,8 @@ Workloads:
   W6 the shared-key MAC's cost: nak, plain against keyed (ratios against plain)
   W7 a Spark job (nakflow eval) to three receivers that keep up: nak and ack against none
   W8 healthy receivers: four that consume as fast as they can, 100 B and 1 KB, nak
-     against ack (target: nak >= 1.0x ack, 0 cuts; what caused any cut is shown)
+     against ack (target: nak >= 1.0x ack, 0 cuts; what caused any cut is shown), over
+     the whole run (slow start included) and mid-run (a quarter to three quarters in)
 
 --smoke runs everything with small counts (CI: it must not rot; no thresholds).
 """
@@ -40,6 +41,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 
+from benchmarks.lab import mid_run_rate  # noqa: E402
 from nakflow.tables import format_table  # noqa: E402
 from nakflow.testing import (  # noqa: E402
     LocalReceivers,
@@ -429,16 +431,22 @@ def w8_healthy(count: int) -> list[dict[str, Any]]:
     log(f"W8 healthy receivers: {count:,} msgs of 100 B and 1 KB to four fast receivers")
     rows = []
     for size in (100, 1024):
-        by_mode = {}
+        by_mode: dict[str, float] = {}
+        mid: dict[str, float] = {}
         for mode in ("ack", "nak"):
             specs = [ReceiverSpec(f"r{i}", capacity_msgs=10_000) for i in range(4)]
             run = run_nakflow(mode, specs, count, size=size)
             s, rs = run["sender"], run["receivers"]
             by_mode[mode] = min(r["goodput_msgs"] for r in rs)
+            mids = [mid_run_rate(r["timeline"]["t"], r["timeline"]["delivered"], count)
+                    for r in rs]
+            mid[mode] = min((m for m in mids if m is not None), default=0.0)
             rows.append({"workload": "W8", "peer": f"nakflow {mode}", "size": size,
                          "send_rate": round(s["rate_msgs"]),
                          "delivered_rate": round(by_mode[mode]),
                          "x_ack": round(by_mode[mode] / by_mode["ack"], 2),
+                         "mid_rate": round(mid[mode]),
+                         "mid_x_ack": round(mid[mode] / mid["ack"], 2) if mid["ack"] else 0.0,
                          "cuts": s["cuts"],
                          "cut_by": ",".join(f"{k} {v}" for k, v in
                                             sorted(s["cuts_by_signal"].items())) or "-",
