@@ -87,8 +87,8 @@ def measure(others: list[tuple[list[float], list[float]]], t_fault: float,
             t_over: float) -> dict[str, Any]:
     """The others' mean rate per window around a fault at ``t_fault`` that ended at
     ``t_over`` (wall clock)."""
-    before = sum(window_rates(w, d, t_fault - 1.0, t_fault)[i]
-                 for w, d in others for i in range(10)) / (10 * len(others)) if others else 0.0
+    ahead = [r for w, d in others for r in window_rates(w, d, t_fault - 1.0, t_fault)]
+    before = sum(ahead) / len(ahead) if ahead else 0.0
     spans = [window_rates(w, d, t_fault + 0.05, t_over + 2.0) for w, d in others]
     n = min((len(s) for s in spans), default=0)
     mean = [sum(s[i] for s in spans) / len(spans) for i in range(n)]
@@ -151,6 +151,8 @@ def run_jgroups(fault: str, seconds: float, size: int, classpath: str) -> dict[s
             if p.poll() is None:
                 p.kill()
                 p.communicate()
+    if os.environ.get("FANOUT_DEBUG"):
+        print(json.dumps({"sender": sender, "receivers": reports})[:3000], file=sys.stderr)
     row = measure([(r["timeline"]["wall"], r["timeline"]["delivered"]) for r in reports[:2]],
                   t_fault, t_over)
     row["faulty_missing"] = (sender["sent"] - reports[2]["delivered"]) if fault == "stop" else None
