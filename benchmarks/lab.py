@@ -260,7 +260,8 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
                 "mid_run": _round(mid_run_rate(times, [100 * (i + 1) for i in
                                                        range(len(times))], count)),
                 "delivered": snap["delivered"], "missing": count - snap["delivered"],
-                "lost": snap["lost"]}
+                "dropped": "-", "repaired": "-", "lost": snap["lost"], "beyond_history": "-",
+                "naks": "-", "credits": "-", "repair_reqs": "-"}  # NORM does not say
     tl = snap.get("timeline") or {}
     times = [snap["started_at"] + t for t in tl.get("t", [])]
     return {"mode": res["mode"], "transport": res["transport"], "receiver": host,

@@ -80,7 +80,7 @@ def load() -> ctypes.CDLL:
         "NormStreamMarkEom": (None, [vp]),
         "NormStreamFlush": (None, [vp, b, ctypes.c_int]),
         "NormStreamClose": (None, [vp, b]),
-        "NormStreamRead": (b, [vp, ctypes.c_char_p, ctypes.POINTER(u)]),
+        "NormStreamRead": (b, [vp, vp, ctypes.POINTER(u)]),
         "NormStreamSeekMsgStart": (b, [vp]),
         "NormObjectGetType": (ctypes.c_int, [vp]),
     }
@@ -194,7 +194,7 @@ def recv_main(args: argparse.Namespace) -> dict[str, Any]:
         nonlocal got, delivered, lost, expect, breaks
         while True:
             n.value = size - got
-            ok = lib.NormStreamRead(stream, ctypes.byref(buf, got), ctypes.byref(n))
+            ok = lib.NormStreamRead(stream, ctypes.addressof(buf) + got, ctypes.byref(n))
             if not ok:  # a break: what was lost is beyond repair; resync at a record
                 breaks += 1
                 got = 0
