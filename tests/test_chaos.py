@@ -34,7 +34,10 @@ def test_lost_feedback_does_not_overrun_a_slow_receiver(mode):
             receivers = rx.results(timeout_s=120)
         finally:
             proxy.close()
-    assert proxy.dropped > 10  # the chaos really bit
+    # the chaos really bit: about 30 % of the NAKs and credits sent were lost (a count of
+    # its own, not a fixed number: NAK now sends a few dozen where it used to send more)
+    lossy_sent = sum(sum(r["naks_sent"].values()) + r["credits_sent"] for r in receivers)
+    assert proxy.dropped >= 0.1 * lossy_sent > 0, (proxy.dropped, lossy_sent)
     slow, fast = receivers
     assert (fast["delivered"], fast["dropped"], fast["lost"]) == (COUNT, 0, 0)
     assert slow["lost"] == 0 and slow["delivered"] == COUNT
