@@ -142,7 +142,8 @@ class ReceiverCore(Endpoint):
     def receive_data(self, buf: bytes, now: float) -> None:
         """A frame from the data channel: new messages join ``deliveries()``."""
         self.frames_in += 1
-        if buf[:2] == TARGET_MAGIC:  # a repair for this receiver alone (its topic)
+        alone = buf[:2] == TARGET_MAGIC
+        if alone:  # a repair for this receiver alone (its topic)
             try:
                 buf = untarget(buf)
             except ProtocolError:
@@ -167,7 +168,8 @@ class ReceiverCore(Endpoint):
         elif type(frame) is RData:
             ranges = self.tracker.on_repair(frame.sender, frame.epoch, frame.seq,
                                             len(frame.payloads))
-            self.signals.arrival.on_repaired(sum(hi - lo for lo, hi in ranges), now)
+            if not alone:  # see ArrivalMeter.on_repaired
+                self.signals.arrival.on_repaired(sum(hi - lo for lo, hi in ranges), now)
             self._deliver(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads,
                           ranges)
         elif type(frame) is Gone:

@@ -91,7 +91,8 @@ class FillSignals:
         loss, silence), shared among the senders heard lately. Every sender cuts no lower
         than a share of this: the total (5,000 rows/s at a slow consumer fed by two Spark
         tasks) let each settle near it, twice what the consumer took (7,960 drops)."""
-        total = (self.drain.rate or 0.0) if self.signal == QUEUE else self.receive_rate
+        total = ((self.drain.provisional(self.window_s) or 0.0) if self.signal == QUEUE
+                 else self.receive_rate)
         return total / max(1, self.arrival.senders(now))
 
     def seen_depth(self, depth: int, dropped: int, tracker: SequenceTracker, *,

@@ -182,13 +182,33 @@ def test_dropped_messages_are_asked_for_only_once_room_is_back():
     assert [r.ranges for r in rq.poll(0.4, now=0.2)] == [((9, 10),)]
 
 
+def test_after_end_a_full_queue_still_asks_for_one_message_each_retry():
+    """Once END is in, the senders answer only while requests come (their linger): a
+    receiver whose queue has no room asks for one message each retry_s, which keeps the
+    linger going until the consumer makes room (the Spark eval's slow receiver once ended
+    with 32 rows missing without it), and for what fits once there is room."""
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1), capacity_msgs=100)
+    t.on_data("p", 1, 0, 10)
+    for seq in range(5, 10):
+        t.on_dropped("p", 1, seq)
+    assert rq.poll(1.0, now=0.0) == []  # full, the stream goes on: wait for room
+    t.on_end("p", 1, 10)
+    assert [r.ranges for r in rq.poll(1.0, now=0.1)] == [((5, 6),)]
+    assert [r.ranges for r in rq.poll(1.0, now=0.2)] == [((5, 6),)]  # asked again
+    asked = [seq for r in rq.poll(0.5, now=0.35) for lo, hi in r.ranges
+             for seq in range(lo, hi)]
+    assert asked == [5, 6, 7, 8, 9]  # room: all of it
+
+
 def test_a_late_joiner_asks_the_history_for_what_came_before_it_as_room_allows():
     """A receiver that first hears a stream at seq 100 asks the sender's history for
     0..99 (late join) once three of its frames arrived (a made-up sender's one frame asks
     nothing), no more at a time than its queue has room for; what the history no longer
     holds stays missed before join, not beyond history."""
     t = SequenceTracker(repair=True)
-    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1), capacity_msgs=40)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, refill_below=0.5),
+                         capacity_msgs=40)
     t.on_data("fake", 7, 1 << 40, 1)
     t.on_data("p", 1, 100, 4)
     t.on_data("p", 1, 104, 3)
