@@ -13,6 +13,7 @@ from typing import Any
 from nakflow import MODES, check_mode
 from nakflow.tables import format_table
 
+from .scenario_cores import CORES_MAX_STREAMS, ENGINES, MODEL_LEAVES_OUT
 from .scenarios import SCENARIOS, run_tasks, table_rows, tasks_for
 
 #: What the columns mean in a simulation (figures over all receivers, not one).
@@ -20,7 +21,12 @@ SIM_NOTES = {
     "goodput": "msgs/s delivered per receiver, mean over the receivers alive at the end",
     "slowest": "the lowest goodput of a receiver alive at the end, msgs/s",
     "send_rate": "msgs/s the sender(s) sent, summed",
-    "dropped": "messages dropped by full queues, summed over all receivers",
+    "engine": "cores: the real SenderCore/ReceiverCore (repair and every default signal); "
+              "model: the vectorised model (see the note under the table)",
+    "dropped": "messages dropped by full queues, summed over all receivers (nak repairs them "
+               "on the cores)",
+    "unrepaired": "messages still missing at the receivers alive at the end (on the cores, "
+                  "after the senders' END and repairs)",
     "lost": "messages sent to receivers after they died, summed (a dead receiver "
             "cannot take them; the live ones are not held back)",
     "queue_peak": "most messages waiting in any one receiver's queue",
@@ -36,6 +42,9 @@ def register(sub: Any) -> None:
                    help="override a parameter (repeatable); sweeps take sweep=v1,v2,...")
     p.add_argument("--modes", default=",".join(MODES),
                    help="comma-separated modes, each run on the same scenario")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="cores: the real protocol cores; model: the vectorised model; auto "
+                        f"(default): cores up to {CORES_MAX_STREAMS} receivers x senders")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed: the same seed gives the same run")
     p.add_argument("--out", default=None, metavar="DIR", help="write JSON, CSV and PNG plots")
@@ -68,8 +77,8 @@ class _Progress:
             return
         done = (i + frac) / len(self.tasks)
         bar = "#" * int(done * 30)
-        _, label, _, mode, _ = self.tasks[i]
-        sys.stderr.write(f"\r[simulate] [{bar:<30}] {done:5.1%} {label} {mode:<4} "
+        _, label, _, mode, _, engine = self.tasks[i]
+        sys.stderr.write(f"\r[simulate] [{bar:<30}] {done:5.1%} {label} {mode:<4} {engine} "
                          f"{time.monotonic() - self.t0:6.1f} s")
         sys.stderr.flush()
 
@@ -77,7 +86,8 @@ class _Progress:
         if self.tty:
             sys.stderr.write("\r" + " " * 90 + "\r")
         point = "" if result["point"] == "-" else f" {result['point']}"
-        print(f"[simulate] {result['scenario']}{point} {result['mode']}: "
+        print(f"[simulate] {result['scenario']}{point} {result['mode']} "
+              f"({result['engine']}): "
               f"goodput {result['goodput']['overall']:.0f} msgs/s, dropped {result['dropped']}, "
               f"{result['wall_s']:.1f} s", file=sys.stderr, flush=True)
 
@@ -91,10 +101,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if not args.scenario:
         raise ValueError("name a scenario (see --list)")
     modes = [check_mode(m.strip()) for m in args.modes.split(",") if m.strip()]
-    tasks = tasks_for(args.scenario, _overrides(args.param), modes, args.seed)
+    tasks = tasks_for(args.scenario, _overrides(args.param), modes, args.seed, args.engine)
     bar = _Progress(tasks)
     if args.spark:
-        from .distributed import run_on_spark
+        from spark_adapter.simulations import run_on_spark
 
         results = run_on_spark(tasks, args.spark)
         for r in results:
@@ -106,15 +116,26 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_outputs(args.out, args.scenario, results, rows)
     if args.json:
         print(json.dumps({"scenario": args.scenario, "seed": args.seed, "table": rows,
+                          "engine_note": engine_note(rows),
                           "results": [{k: v for k, v in r.items() if k != "trace"}
                                       for r in results]}, default=str))
     else:
         print(f"scenario {args.scenario} (seed {args.seed}), one row per mode"
               f"{' and sweep point' if len({r['point'] for r in rows}) > 1 else ''}")
         print(format_table(rows, notes=SIM_NOTES))
+        print(engine_note(rows))
         if args.out:
             print(f"wrote {args.out}/")
     return 0
+
+
+def engine_note(rows: list[dict[str, Any]]) -> str:
+    """Which engine made the rows, and what the model leaves out if it made any."""
+    note = (f"engine: the real cores for up to {CORES_MAX_STREAMS} receivers x senders "
+            "(--engine auto), the vectorised model above")
+    if any(r["engine"] == "model" for r in rows):
+        note += f"\nmodel rows: {MODEL_LEAVES_OUT}"
+    return note
 
 
 def write_outputs(out: str, scenario: str, results: list[dict[str, Any]],

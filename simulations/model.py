@@ -384,7 +384,7 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
     trace: dict[str, Any] = dict(tr)
     trace["queue"] = {names[i]: [row[j] for row in tr_q] for j, i in enumerate(watch)}
     trace["delivered"] = {names[i]: [row[j] for row in tr_c] for j, i in enumerate(watch)}
-    fault_t = _fault_time(p)
+    fault_t = fault_time(p)
     result: dict[str, Any] = {
         "mode": mode,
         "seed": seed,
@@ -404,6 +404,7 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
         "delivered": int(consumed.sum()),
         "dropped": int(dropped.sum()),
         "dropped_normal": int(dropped[normal].sum()),
+        "unrepaired": int(dropped[alive_end].sum()),  # the model does not repair
         "lost": int(lost.sum()),
         "queue_peak": int(qpeak.max()),
         "sent": int(sent.sum()),
@@ -414,7 +415,7 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
         "naks_suppressed": 0 if fill is None else fill.suppressed,
         "naks_predicted": 0 if fill is None else fill.predicted,
         "source_backlog_peak": backlog_peak,
-        "recovery_s": _recovery(tr, fault_t, p),
+        "recovery_s": recovery_time(tr, fault_t, p),
         "fault_t": fault_t,
         "sender": flows[0].snapshot(),
         "trace": trace,
@@ -423,7 +424,7 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
     return result
 
 
-def _fault_time(p: SimParams) -> float | None:
+def fault_time(p: SimParams) -> float | None:
     if p.dead:
         return p.dead_at_s
     if p.paused and p.pause_for_s > 0:
@@ -431,7 +432,7 @@ def _fault_time(p: SimParams) -> float | None:
     return None
 
 
-def _recovery(tr: dict[str, Any], fault_t: float | None, p: SimParams) -> float | None:
+def recovery_time(tr: dict[str, Any], fault_t: float | None, p: SimParams) -> float | None:
     """Time from the fault until the normal receivers' goodput (over 100 ms) is back at
     90 % of its mean over the second before the fault, after first falling below it
     (0 if it never fell); None without a fault or if it never came back."""

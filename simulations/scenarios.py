@@ -12,7 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import SimParams, simulate
+from .model import SimParams
+from .scenario_cores import pick_engine, run_simulation
+
+#: One run: (scenario, point label, params, mode, seed, engine); picklable for Spark.
+Task = tuple[str, str, SimParams, str, int, str]
 
 
 @dataclass(frozen=True)
@@ -96,33 +100,30 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
 ]}
 
 
-def run_point(task: tuple[str, str, SimParams, str, int]) -> dict[str, Any]:
-    """One (scenario, label, params, mode, seed) task; picklable for Spark executors."""
-    scenario, label, params, mode, seed = task
-    result = simulate(params, mode, seed=seed)
+def run_point(task: Task, progress: Callable[[float], None] | None = None) -> dict[str, Any]:
+    """One task, on the real cores or the vectorised model (``pick_engine``)."""
+    scenario, label, params, mode, seed, engine = task
+    result = run_simulation(params, mode, seed=seed, engine=engine, progress=progress)
     result["scenario"] = scenario
     result["point"] = label
     return result
 
 
 def tasks_for(name: str, overrides: Mapping[str, str], modes: Sequence[str],
-              seed: int) -> list[tuple[str, str, SimParams, str, int]]:
+              seed: int, engine: str = "auto") -> list[Task]:
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; try --list")
-    return [(name, label, params, mode, seed)
+    return [(name, label, params, mode, seed, pick_engine(params, engine))
             for label, params in SCENARIOS[name].points(overrides) for mode in modes]
 
 
-def run_tasks(tasks: Sequence[tuple[str, str, SimParams, str, int]],
-              on_done: Callable[[dict[str, Any]], None] | None = None,
+def run_tasks(tasks: Sequence[Task], on_done: Callable[[dict[str, Any]], None] | None = None,
               progress: Callable[[int, float], None] | None = None) -> list[dict[str, Any]]:
     """Run tasks in this process, in order."""
     out = []
-    for i, (scenario, label, params, mode, seed) in enumerate(tasks):
+    for i, task in enumerate(tasks):
         cb = None if progress is None else (lambda f, i=i: progress(i, f))
-        result = simulate(params, mode, seed=seed, progress=cb)
-        result["scenario"] = scenario
-        result["point"] = label
+        result = run_point(task, cb)
         out.append(result)
         if on_done is not None:
             on_done(result)
@@ -133,9 +134,10 @@ def table_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         rows.append({
-            "point": r["point"], "mode": r["mode"],
+            "point": r["point"], "mode": r["mode"], "engine": r.get("engine", "model"),
             "goodput": r["goodput"]["overall"], "slowest": r["goodput"]["min"],
-            "send_rate": r["send_rate"], "dropped": r["dropped"], "lost": r["lost"],
+            "send_rate": r["send_rate"], "dropped": r["dropped"],
+            "unrepaired": r["unrepaired"], "lost": r["lost"],
             "queue_peak": r["queue_peak"], "fb_per_s": r["feedback_per_s_at_sender"],
             "recovery_s": "-" if r["recovery_s"] is None else r["recovery_s"],
             "wall_s": r["wall_s"],
