@@ -21,9 +21,11 @@ from transports import SocketOptions
 pytestmark = pytest.mark.slow
 HWM = 2_000
 RATE = 20_000
-#: 1 kB messages: 1.5 s stopped is 30 MB, far more than the high-water marks and the
-#: kernel's loopback buffers hold (with 100 B frames the buffers alone held it all)
-PAYLOAD = b"x" * 1_000
+#: 4 kB messages: 1.5 s stopped is about 120 MB, far more than the high-water marks and
+#: the kernel's loopback buffers hold. With 1 kB (30 MB) TCP's receive-buffer autotuning
+#: (net.ipv4.tcp_rmem allows 32 MB here) once held it all and nothing was lost to repair
+#: (with 100 B frames the buffers alone always held it all)
+PAYLOAD = b"x" * 4_000
 
 
 def stop_one_receiver(repair: RepairConfig) -> tuple[dict, list[dict], dict[str, float]]:

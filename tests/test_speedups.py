@@ -26,7 +26,7 @@ from nakflow import _speedups
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CORE_TESTS = ["tests/test_codec.py", "tests/test_seqtrack.py", "tests/test_rate.py",
               "tests/test_bucket.py", "tests/test_credit.py", "tests/test_fill.py",
-              "tests/test_repair.py", "tests/test_batching.py", "tests/test_simulations.py",
+              "tests/test_repair.py", "tests/test_batching.py",
               "tests/test_nak_isolation.py", "tests/test_tail_and_eviction.py"]
 #: The live process tests again on pure Python (half a minute more): NAKFLOW_PURE_ALL=1.
 if os.environ.get("NAKFLOW_PURE_ALL") == "1":
