@@ -174,13 +174,20 @@ def _await_line(proc: subprocess.Popen[str], word: str, timeout_s: float) -> Non
 
 
 # -- nakflow -------------------------------------------------------------------------
-def run_nakflow(mode: str, fault: str, seconds: float, size: int) -> dict[str, Any]:
+#: nakflow rows: system name -> (mode, options for every process). "nak-norepair" shows
+#: what the stopped receiver's catch-up costs the others (nothing repaired).
+NAKFLOW_SYSTEMS = {"nak": ("nak", []), "ack": ("ack", []),
+                   "nak-norepair": ("nak", ["--no-repair"])}
+
+
+def run_nakflow(system: str, fault: str, seconds: float, size: int) -> dict[str, Any]:
+    mode, extra = NAKFLOW_SYSTEMS[system]
     specs = [ReceiverSpec(f"r{i}", capacity_msgs=5_000) for i in range(3)]
-    with LocalReceivers(specs, mode=mode, duration_s=seconds + 40) as rx:
+    with LocalReceivers(specs, mode=mode, duration_s=seconds + 40, extra=extra) as rx:
         rx.wait_ready()
         args = ["send", "--data", ",".join(rx.data), "--feedback", ",".join(rx.feedback),
                 "--mode", mode, "--duration", str(seconds), "--size", str(size),
-                "--wait-receivers", "3", "--json", "--allow-loss"]
+                "--wait-receivers", "3", "--json", "--allow-loss", *extra]
         tx = subprocess.Popen(nakflow_cmd(*args), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
         t_start = _sending_began(tx)

@@ -13,8 +13,7 @@ from typing import Any
 from nakflow import MODES, check_mode
 from nakflow.tables import format_table
 
-from .scenario_cores import CORES_MAX_STREAMS, ENGINES, MODEL_LEAVES_OUT
-from .scenarios import SCENARIOS, run_tasks, table_rows, tasks_for
+from .engines import CORES_MAX_STREAMS, ENGINES, MODEL_LEAVES_OUT
 
 #: What the columns mean in a simulation (figures over all receivers, not one).
 SIM_NOTES = {
@@ -93,6 +92,8 @@ class _Progress:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from .scenarios import SCENARIOS, run_tasks, table_rows, tasks_for
+
     if args.list:
         for s in SCENARIOS.values():
             sweep = f" (sweeps {s.sweep_param})" if s.sweep_param else ""

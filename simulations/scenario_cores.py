@@ -26,31 +26,12 @@ import numpy as np
 from nakflow import ReceiverConfig, ReceiverCore, RepairConfig, SenderConfig, SenderCore, check_mode
 
 from .cores import SimLink
+from .engines import MODEL_LEAVES_OUT, pick_engine
 from .model import SimParams, fault_time, recovery_time, simulate
 
-#: engine="auto" runs the real cores up to this many receivers x senders.
-CORES_MAX_STREAMS = 100
 #: After the sending time the senders END; the cores run on (consumers draining,
 #: repairs, linger) at most this long to count what stays missing, simulated s.
 SETTLE_S = 10.0
-ENGINES = ("auto", "cores", "model")
-#: What the vectorised model leaves out, printed with every table it made.
-MODEL_LEAVES_OUT = (
-    "the vectorised model runs the real sender policies (NAK rate controller, token "
-    "bucket, credit ledger) with numpy copies of the receivers' fill and credit "
-    "decisions; it leaves out repair (its drops stay missing: see 'unrepaired'), the "
-    "queueing-delay and loss signals, framing, HELLO/END and the measured RTT")
-
-
-def pick_engine(params: SimParams, engine: str) -> str:
-    """``cores`` or ``model`` for ``params``; ``auto`` picks the cores up to
-    CORES_MAX_STREAMS receivers x senders."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    if engine == "auto":
-        small = params.receivers * params.senders <= CORES_MAX_STREAMS
-        return "cores" if small else "model"
-    return engine
 
 
 def run_simulation(params: SimParams, mode: str, *, seed: int = 0, engine: str = "auto",

@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engines import pick_engine
 from .model import SimParams
-from .scenario_cores import pick_engine, run_simulation
+from .scenario_cores import run_simulation
 
 #: One run: (scenario, point label, params, mode, seed, engine); picklable for Spark.
 Task = tuple[str, str, SimParams, str, int, str]

@@ -284,7 +284,7 @@ def test_where_they_differ_the_cores_repair_what_the_model_leaves_missing():
 def test_simulate_picks_the_cores_up_to_the_limit_and_says_so():
     """--engine auto: the cores at 3 receivers, the model above CORES_MAX_STREAMS; the
     table says which made each row and what the model leaves out."""
-    from simulations.scenario_cores import CORES_MAX_STREAMS
+    from simulations.engines import CORES_MAX_STREAMS
 
     big = CORES_MAX_STREAMS + 1
     run = subprocess.run([sys.executable, "-m", "nakflow", "simulate", "fanout-sweep",

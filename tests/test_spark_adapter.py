@@ -181,15 +181,17 @@ def test_a_failed_task_is_retried_and_its_rows_delivered_once(spark):
 
 @on_local
 def test_slow_receiver_none_drops_nak_and_ack_do_not(spark):
-    """The evaluation's own runner, small: receiver processes, one consuming 5k rows/s."""
+    """The evaluation's own runner, small: receiver processes, one consuming 5k rows/s,
+    one whose consumer stalls for 0.5 s (``--stall-for``)."""
     # 0.8 s of queue at the slow rate: with 2,000 the margin was ~170 rows (one CI overflow)
-    cfg = EvalConfig(rows=30_000, partitions=2, slow_rate=5_000, capacity=4_000)
+    cfg = EvalConfig(rows=30_000, partitions=2, slow_rate=5_000, capacity=4_000,
+                     stall_for_s=0.5, stall_at_s=0.5)
     result = run_eval(spark, cfg)
     table = {(r["mode"], r["receiver"]): r for r in result["table"]}
     assert set(table) == {(m, r) for m in ("nak", "ack", "none")
-                          for r in ("slow", "fast-1", "fast-2")}
+                          for r in ("slow", "fast-1", "stalled")}
     for mode in ("nak", "ack"):
-        for name in ("slow", "fast-1", "fast-2"):
+        for name in ("slow", "fast-1", "stalled"):
             row = table[mode, name]
             assert (row["missing"], row["lost"]) == (0, 0), (mode, name)
             # ack never overfills a queue; what nak's did drop, it had repaired
@@ -311,45 +313,17 @@ def test_send_partition_gates_the_source():
     assert snap["delivered"] == 3_000
 
 
-def test_eval_command_end_to_end(tmp_path):
-    """`nakflow eval` as a user runs it (its own Spark, receiver processes, --out)."""
-    pytest.importorskip("pyspark")
-    out = tmp_path / "eval"
-    cmd = [sys.executable, "-m", "nakflow", "eval", "--rows", "20000", "--partitions", "2",
-           "--slow-rate", "5000", "--capacity", "4000", "--stall-for", "0.5",
-           "--stall-at", "0.5", "--out", str(out)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    rows = parse_table(run.stdout)
-    assert list(rows[0])[:4] == ["mode", "receiver", "rows_per_s", "goodput"]
-    for column in rows[0]:  # the legend explains every column
-        assert f"\n  {column} " in run.stdout
-    table = {(r["mode"], r["receiver"]): r for r in rows}
-    assert set(table) == {(m, r) for m in ("nak", "ack", "none")
-                          for r in ("slow", "fast-1", "stalled")}
-    for name in ("slow", "fast-1", "stalled"):
-        assert table["ack", name]["missing"] == "0"  # credit never overfills a queue
-        assert table["ack", name]["complete"] == "2/2"
-    assert table["nak", "slow"]["missing"] == "0"
-    assert int(table["none", "slow"]["dropped"]) > 0
-    for mode in ("nak", "ack", "none"):
-        assert f"[eval] mode {mode}: 20,000 rows from 2 tasks" in run.stderr
-    assert " INFO " not in run.stderr  # Spark's log noise kept to warnings
-    saved = json.loads((out / "eval.json").read_text())
-    assert [r["mode"] for r in saved["runs"]] == ["nak", "ack", "none"]
-    assert [{k: str(v) for k, v in r.items()} for r in saved["table"]] == rows  # same table
-    for png in ("eval-timelines.png", "eval-summary.png"):
-        assert (out / png).stat().st_size > 10_000
-
-
 def test_make_demo_output_is_only_nakflow_s(tmp_path):
-    """`make demo` as a new user sees it: nakflow's progress lines and its table, no
-    Spark/JVM log lines or console progress bars (they go to Spark's own log file)."""
+    """`make demo` as a new user sees it (`nakflow eval`, its own Spark and receiver
+    processes; here with --out): nakflow's progress lines and its table, every column
+    explained, no Spark/JVM log lines or console progress bars (they go to Spark's own
+    log file); the same table saved as JSON, and the plots."""
     pytest.importorskip("pyspark")
     recipe = (pathlib.Path(__file__).parent.parent / "Makefile").read_text()
     assert "\t$(BIN)/nakflow eval\n" in recipe.split("\ndemo:")[1]  # what make demo runs
-    run = subprocess.run([sys.executable, "-m", "nakflow", "eval"], capture_output=True,
-                         text=True, timeout=600, cwd=tmp_path)
+    out = tmp_path / "eval"
+    run = subprocess.run([sys.executable, "-m", "nakflow", "eval", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     noise = ("WARN", "INFO", "log4j", "[Stage", "incubator", "NativeCodeLoader", "Exception",
              "\r", "SLF4J", "Setting default log level")
@@ -359,6 +333,20 @@ def test_make_demo_output_is_only_nakflow_s(tmp_path):
         assert word not in run.stdout + run.stderr.replace("[eval] Spark's own log", ""), word
     rows = parse_table(run.stdout)
     assert {r["mode"] for r in rows} == {"nak", "ack", "none"}
+    assert list(rows[0])[:4] == ["mode", "receiver", "rows_per_s", "goodput"]
     assert "where:" in run.stdout
+    for column in rows[0]:  # the legend explains every column
+        assert f"\n  {column} " in run.stdout
+    table = {(r["mode"], r["receiver"]): r for r in rows}
+    for mode in ("nak", "ack"):
+        for name in ("slow", "fast-1", "fast-2"):
+            assert table[mode, name]["missing"] == "0", (mode, name)
+    for mode in ("nak", "ack", "none"):
+        assert f"[eval] mode {mode}: 100,000 rows from " in run.stderr
+    saved = json.loads((out / "eval.json").read_text())
+    assert [r["mode"] for r in saved["runs"]] == ["nak", "ack", "none"]
+    assert [{k: str(v) for k, v in r.items()} for r in saved["table"]] == rows  # same table
+    for png in ("eval-timelines.png", "eval-summary.png"):
+        assert (out / png).stat().st_size > 10_000
     log = next(line for line in run.stderr.splitlines() if "Spark's own log" in line)
     assert "log4j" in pathlib.Path(log.split(": ", 1)[1]).read_text()  # the noise went there
