@@ -210,6 +210,11 @@ def run_nakflow(system: str, fault: str, seconds: float, size: int) -> dict[str,
     row["faulty_missing"] = (sender["sent"] - reports[2]["delivered"]) if fault == "stop" else None
     row["sent"] = sender["sent"]
     row["cuts"] = sender.get("cuts")
+    row["cut_by"] = ",".join(f"{k} {v}" for k, v in sorted(
+        (sender.get("cuts_by_signal") or {}).items())) or "-"
+    row["cut_events"] = [
+        {**e, "t": round(e["t"] - (t_fault - t_start), 3)}  # from the fault
+        for e in (sender.get("policy") or {}).get("cut_events", [])]
     return row
 
 
@@ -282,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_all(args)
     if args.json:
         print(json.dumps({"rows": rows}))
-    else:
-        print(format_table(rows, notes=NOTES))
+    else:  # the cut events (who cut, on which signal, when) only in --json
+        print(format_table([{k: v for k, v in r.items() if k != "cut_events"} for r in rows],
+                           notes=NOTES))
     return 0
 
 

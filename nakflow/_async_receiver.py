@@ -76,8 +76,9 @@ class AsyncReceiver:
                 timer = core.get_timer()
                 wait = IDLE_POLL_S if timer is None else timer - now
                 read = core.wants_data(queue.full) and not core.deliveries()
-                lateness.wait_started(now)
-                events = await pollers[read].poll(max(0, math.ceil(wait * 1000)))
+                poll_ms = max(0, math.ceil(wait * 1000))
+                lateness.wait_started(now, poll_ms / 1000)
+                events = await pollers[read].poll(poll_ms)
                 ready = {sock for sock, _ in events}
                 now = time.monotonic()
                 core.late(lateness.woke(now), now)

@@ -9,9 +9,12 @@ a late process is not a path queue.
 
 Lateness is the time the thread was runnable but not running (Linux's ``run_delay`` in
 ``/proc/thread-self/schedstat``, which covers the wait for a CPU after a poll wakes it),
-plus the time it spent off the CPU outside the poll while working (wall time minus CPU
-time: preemption, the GIL held by the application's thread). Where schedstat is missing
-only the second part is measured.
+or, if longer, the time a poll overran its timeout (a process stopped with SIGSTOP while
+it waited in the poll is not runnable, so ``run_delay`` misses it: a receiver back from
+a 3 s stop looked punctual and its backlog looked like 3 s of path queueing), plus the
+time it spent off the CPU outside the poll while working (wall time minus CPU time:
+preemption, the GIL held by the application's thread). Where schedstat is missing only
+the last two are measured.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 
 
 class Lateness:
-    """``wait_started(now)`` before the poll, ``woke(now)`` after it: the lateness of the
+    """``wait_started(now, timeout_s)`` before the poll, ``woke(now)`` after it: the lateness of the
     look that follows, s. One per thread (it reads that thread's statistics)."""
 
     def __init__(self) -> None:
@@ -33,6 +36,7 @@ class Lateness:
         self._cpu = time.thread_time()
         self._off = 0.0
         self._rd = self._run_delay()
+        self._wait_at, self._timeout = self._wall, 0.0
 
     def _run_delay(self) -> float:
         if self._fd is None:
@@ -42,13 +46,16 @@ class Lateness:
         except (OSError, ValueError, IndexError):
             return 0.0
 
-    def wait_started(self, now: float) -> None:
+    def wait_started(self, now: float, timeout_s: float) -> None:
+        """A poll of at most ``timeout_s`` begins at ``now``."""
         cpu = time.thread_time()
         self._off = max(0.0, (now - self._wall) - (cpu - self._cpu))
         self._rd = self._run_delay()
+        self._wait_at, self._timeout = now, timeout_s
 
     def woke(self, now: float) -> float:
-        late = self._off + max(0.0, self._run_delay() - self._rd)
+        overrun = (now - self._wait_at) - self._timeout - POLL_SLACK_S
+        late = self._off + max(0.0, self._run_delay() - self._rd, overrun)
         self._wall, self._cpu = now, time.thread_time()
         return late
 
@@ -56,3 +63,8 @@ class Lateness:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+#: A poll may return this much after its timeout without the process being late, s
+#: (its timeout is rounded up to whole milliseconds).
+POLL_SLACK_S = 0.002

@@ -192,7 +192,8 @@ class ReceiverCore(Endpoint):
             self.first_data_at = now
         self.messages_in += count
         sig = self.signals
-        sig.delay.on_delay(sender, now + self.wall_offset - ts, self._late)
+        delay = now + self.wall_offset - ts
+        sig.delay.on_delay(sender, delay, max(self._late, sig.holdups.since(now - delay)))
         sig.arrival.on_frame(sender, seq + count, ts, now)
         ranges = self.tracker.on_data(sender, epoch, seq, count)
         self.flow.on_sender((sender, epoch), seq + count, now=now)

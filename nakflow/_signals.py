@@ -28,6 +28,41 @@ NEWS, NOT_NEWS, PAUSE = 0, 1, 2
 #: A backlog that shows within this long of a hold-up (the process stopped or the
 #: consumer away) is taken for the hold-up's until the consumer's rate is measured, s.
 HELD_UP_S = 1.0
+#: Hold-ups of the process at least this long are remembered (``HoldUps``) ...
+HOLDUP_MIN_S = 0.02
+#: ... for this long, s, and at most HOLDUP_MAX of them.
+HOLDUP_MEMORY_S = 10.0
+HOLDUP_MAX = 64
+
+
+class HoldUps:
+    """When this process was held up (stopped, descheduled) and for how long: a frame
+    sent before a hold-up waited through it in the socket, and that part of its delay is
+    the process's, not the path's, however long after the wake-up the frame is read
+    (before, only the frames read at the wake-up itself were discounted). Frames sent
+    after the hold-up that wait behind its backlog get no discount: that queueing is
+    real (see docs/changelog.md, "a receiver back from a stop")."""
+
+    def __init__(self) -> None:
+        self._ups: list[tuple[float, float]] = []  # (ended at, lasted), oldest first
+
+    def add(self, lasted: float, now: float) -> None:
+        if lasted < HOLDUP_MIN_S:
+            return
+        ups = self._ups
+        ups.append((now, lasted))
+        while ups and (now - ups[0][0] > HOLDUP_MEMORY_S or len(ups) > HOLDUP_MAX):
+            del ups[0]
+
+    def since(self, sent_at: float) -> float:
+        """How long this process was held up after ``sent_at`` (its own clock), s."""
+        held = 0.0
+        for ended, lasted in reversed(self._ups):
+            if ended <= sent_at:
+                break
+            held += min(lasted, ended - sent_at)
+        return held
+
 
 class FillSignals:
     """``seen_depth``: the depth the policy acts on, and ``signal``: which of them set it
@@ -48,6 +83,7 @@ class FillSignals:
         self.receive_rate = 0.0  # messages arriving per second, this receiver's clock
         self.held_up = False  # the last judgement: catching up, or the consumer paused
         self._held_at = -math.inf  # the last hold-up: a late process, an away consumer
+        self.holdups = HoldUps()
 
     def forget(self, sender: str) -> None:
         """The sender ended or left."""
@@ -61,6 +97,7 @@ class FillSignals:
     def was_late(self, late_s: float, now: float) -> None:
         """The process ran ``late_s`` later than it could have (``ReceiverCore.late``):
         after a hold-up the consumer is judged afresh, by how fast it drains the backlog."""
+        self.holdups.add(late_s, now)
         if late_s >= PAUSE_S:
             self._held_at = now
             self.drain.restart()

@@ -241,8 +241,9 @@ class Receiver:
                 timer = core.get_timer()
                 timeout = IDLE_POLL_S if timer is None else min(IDLE_POLL_S, timer - now)
                 read = core.wants_data(queue.full) and not core.deliveries()
-                lateness.wait_started(now)
-                ready = dict(pollers[read].poll(max(0, math.ceil(timeout * 1000))))
+                poll_ms = max(0, math.ceil(timeout * 1000))
+                lateness.wait_started(now, poll_ms / 1000)
+                ready = dict(pollers[read].poll(poll_ms))
                 with self._lock:
                     now = time.monotonic()
                     core.late(lateness.woke(now), now)

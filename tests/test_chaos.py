@@ -54,7 +54,7 @@ def test_seeded_chaos_run_has_no_accounting_violation(require_multicast):
     restarted, garbage on both paths, feedback dropped and delayed, over tcp and epgm, in
     nak and ack. Every receiver's report must account for every message exactly."""
     chaos = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "chaos.py")
-    run = subprocess.run([sys.executable, chaos, "--seed", "3", "--duration-s", "12",
+    run = subprocess.run([sys.executable, chaos, "--seed", "3", "--duration-s", "10",
                           "--json"], capture_output=True, text=True, timeout=900)
     result = json.loads(run.stdout.strip().splitlines()[-1])
     schedule = "\n".join(run.stdout.strip().splitlines()[:-1])

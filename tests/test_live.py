@@ -96,7 +96,10 @@ def _send_during_stall(mode: str, ack: AckConfig | None = None) -> dict[str, flo
     return {"before": rate(0.2, 1.0), "stall_early": rate(1.2, 2.2),
             "stall_late": rate(3.0, 4.0), "after": rate(4.5, 6.0),
             # who slowed the sender, if anyone (a failure message says)
-            "naks": snap["naks_received"], "rate_limit": [
+            "naks": snap["naks_received"], "cut_events": [
+                {**e, "t": round(e["t"] - t0 + tx.core._t0, 3)}
+                for e in snap["policy"].get("cut_events", [])],
+            "rate_limit": [
                 (round(t - t0 + tx.core._t0, 2), r if r is None else round(r)) for t, r in zip(
                     snap["timeline"]["t"], snap["timeline"]["rate_limit"], strict=True)][::10],
             "receivers": {r["receiver_id"]: (r["naks_sent"], r["delay_windows"],

@@ -148,3 +148,34 @@ def test_the_repair_share_is_configurable_and_checked():
     for bad in ({"share": 0.0}, {"share_alone": 1.5}):
         with pytest.raises(ConfigError):
             RepairConfig(**bad)
+
+
+def test_a_stop_inside_the_poll_counts_as_lateness():
+    """A process stopped (SIGSTOP) while its I/O thread waits in a poll is not runnable, so
+    the scheduler's run_delay misses the stop; the poll's overrun of its timeout does not."""
+    from nakflow._lateness import Lateness
+
+    lateness = Lateness()
+    try:
+        lateness.wait_started(100.0, 0.01)
+        assert lateness.woke(103.0) >= 2.98  # a 10 ms poll that returned 3 s later
+        lateness.wait_started(103.0, 0.05)
+        assert lateness.woke(103.02) < 0.01  # returned within its timeout: punctual
+    finally:
+        lateness.close()
+
+
+def test_hold_ups_are_discounted_from_frames_sent_before_them():
+    """A frame sent before a hold-up waited through it in the socket: that part of its
+    delay is the process's. Frames sent after the hold-up ended get no discount."""
+    from nakflow._signals import HoldUps
+
+    ups = HoldUps()
+    ups.add(0.005, 1.0)  # too short to remember
+    ups.add(3.0, 10.0)  # stopped from 7.0 to 10.0
+    assert ups.since(6.0) == pytest.approx(3.0)  # sent before: all of it
+    assert ups.since(8.5) == pytest.approx(1.5)  # sent during: the rest of it
+    assert ups.since(10.5) == 0.0  # sent after
+    ups.add(0.5, 20.0)
+    assert ups.since(6.0) == pytest.approx(3.5)
+

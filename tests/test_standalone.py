@@ -102,7 +102,7 @@ def test_eval_on_its_own_standalone_cluster(bare_python):
     """`nakflow eval --standalone 2` as a user runs it: its own Master and Workers,
     executors on a bare Python, nakflow shipped with the job."""
     cmd = [sys.executable, "-m", "nakflow", "eval", "--standalone", "2", "--executor-python",
-           bare_python, "--rows", "20000", "--partitions", "2", "--modes", "nak,ack",
+           bare_python, "--rows", "10000", "--partitions", "2", "--modes", "nak,ack",
            "--slow-rate", "5000", "--capacity", "4000"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
