@@ -47,7 +47,9 @@ FAULT_AT_S, STOP_S = 2.0, 3.0
 WINDOW_S = 0.1
 JGROUPS_JARS = ("/usr/share/java/jgroups.jar",)
 NETNS_SETUP = "ip link set lo up multicast on && ip route add 224.0.0.0/4 dev lo"
-NOTES = {"stalled_s": "seconds (100 ms windows) the two others took < 10 % of their rate "
+NOTES = {"faulty_told": "of those, how many the stopped receiver was told are beyond the "
+                       "sender's history (GONE: counted and reported, not silent)",
+         "stalled_s": "seconds (100 ms windows) the two others took < 10 % of their rate "
                       "before the fault",
          "below_0.9_s": "seconds their rate was below 0.9x, from 50 ms after the fault to "
                         "2 s after it ended",
@@ -208,6 +210,12 @@ def run_nakflow(system: str, fault: str, seconds: float, size: int) -> dict[str,
 
     row = measure([series(r) for r in reports[:2]], t_fault, t_over)
     row["faulty_missing"] = (sender["sent"] - reports[2]["delivered"]) if fault == "stop" else None
+    row["faulty_told"] = (  # of those, told beyond the history (not silent)
+        reports[2]["beyond_history"] if fault == "stop" else None)
+    row["faulty_report"] = None if fault != "stop" else {
+        k: reports[2].get(k) for k in ("delivered", "lost", "dropped", "repaired",
+                                       "dropped_unrepaired", "beyond_history", "repair",
+                                       "senders")}
     row["sent"] = sender["sent"]
     row["cuts"] = sender.get("cuts")
     row["cut_by"] = ",".join(f"{k} {v}" for k, v in sorted(
@@ -288,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"rows": rows}))
     else:  # the cut events (who cut, on which signal, when) only in --json
-        print(format_table([{k: v for k, v in r.items() if k != "cut_events"} for r in rows],
+        print(format_table([{k: v for k, v in r.items()
+                             if k not in ("cut_events", "faulty_report")} for r in rows],
                            notes=NOTES))
     return 0
 

@@ -5,8 +5,12 @@ model and returns a result of the same shape, but every sender is a real
 ``SenderCore`` and every receiver a real ``ReceiverCore`` with its live
 ``DeliveryQueue``, moved over ``SimLink`` (``simulations/cores.py``): framing and
 natural batching, HELLO and the RTT, the NAK signals that are on by default (queue fill,
-queueing delay, loss, hurry, probe), history and repair, credit, END and linger. The
-receivers' speeds, RTTs and roles are drawn as the model draws them for the same seed.
+queueing delay, loss, hurry, probe), history and repair, credit, END and linger, and a
+dead receiver's closed connections (``connection_lost``, as ZeroMQ's socket monitor
+reports them over tcp/ipc). The receivers' speeds, RTTs and roles are drawn as the model
+draws them for the same seed. Left out: the CPU (a sender or receiver costs nothing per
+message beyond its rate), so catching up after a pause is instant where live it competes
+for the processor (see benchmarks/sim_live.py).
 
 Its cost grows with receivers x senders x messages (about 0.05 s of wall time per
 receiver per simulated second at 20,000 msgs/s on a 2-core machine), so ``engine="auto"``
@@ -180,6 +184,9 @@ class _Run:
         link, p, who = self.link, self.p, self.who
         if p.dead and self.sent_at_death is None and t >= p.dead_at_s:
             self.sent_at_death = sum(tx.sent for tx in link.senders)
+            for tx in link.senders:  # over tcp/ipc its connections close: ZeroMQ's socket
+                if tx.watches_connections:  # monitor tells the live sender at once
+                    tx.connection_lost(t)
         for i, queue in enumerate(link.queues):
             stopped = link.stopped[i] = who.stopped(i, t, p)
             self.qpeak[i] = max(self.qpeak[i], len(queue))
