@@ -382,21 +382,14 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
     alive_end = death > steps - 1
     normal = ~faulted
     trace: dict[str, Any] = dict(tr)
-    trace["queue"] = {names[i]: [row[j] for row in tr_q] for j, i in enumerate(watch)}
-    trace["delivered"] = {names[i]: [row[j] for row in tr_c] for j, i in enumerate(watch)}
+    trace.update(watch_traces(names, watch, tr_q, tr_c))
     fault_t = fault_time(p)
     result: dict[str, Any] = {
         "mode": mode,
         "seed": seed,
         "params": p.scalars(),
         "duration_s": duration,
-        "goodput": {
-            "overall": round(float(goodput[alive_end].mean()), 1),
-            "normal_mean": round(float(goodput[normal].mean()), 1) if normal.any() else None,
-            "min": round(float(goodput[alive_end].min()), 1),
-            "p50": round(float(np.median(goodput[alive_end])), 1),
-            "max": round(float(goodput.max()), 1),
-        },
+        "goodput": goodput_summary(goodput, alive_end, normal),
         "receivers": [{"id": names[i], "role": str(roles[i]), "consume_rate": float(rate[i]),
                        "rtt_s": float(rtt[i]), "goodput": round(float(goodput[i]), 1),
                        "delivered": int(consumed[i]), "dropped": int(dropped[i]),
@@ -422,6 +415,26 @@ def simulate(params: SimParams, mode: str, *, seed: int = 0,
         "wall_s": round(time.perf_counter() - wall0, 3),
     }
     return result
+
+
+def goodput_summary(goodput: Any, alive: Any, normal: Any) -> dict[str, float | None]:
+    """Per-receiver goodput (an array) summed up over the receivers ``alive`` at the end
+    (``normal``: those with no fault), as every simulation result reports it."""
+    return {
+        "overall": round(float(goodput[alive].mean()), 1),
+        "normal_mean": round(float(goodput[normal].mean()), 1) if normal.any() else None,
+        "min": round(float(goodput[alive].min()), 1),
+        "p50": round(float(np.median(goodput[alive])), 1),
+        "max": round(float(goodput.max()), 1),
+    }
+
+
+def watch_traces(names: list[str], watch: list[int], queue_rows: list[list[int]],
+                 delivered_rows: list[list[int]]) -> dict[str, dict[str, list[int]]]:
+    """The watched receivers' queue and delivered samples, by receiver id."""
+    return {"queue": {names[i]: [row[j] for row in queue_rows] for j, i in enumerate(watch)},
+            "delivered": {names[i]: [row[j] for row in delivered_rows]
+                          for j, i in enumerate(watch)}}
 
 
 def fault_time(p: SimParams) -> float | None:

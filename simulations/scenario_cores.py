@@ -31,7 +31,14 @@ from nakflow import ReceiverConfig, ReceiverCore, RepairConfig, SenderConfig, Se
 
 from .cores import SimLink
 from .engines import MODEL_LEAVES_OUT, pick_engine
-from .model import SimParams, fault_time, recovery_time, simulate
+from .model import (
+    SimParams,
+    fault_time,
+    goodput_summary,
+    recovery_time,
+    simulate,
+    watch_traces,
+)
 
 #: After the sending time the senders END; the cores run on (consumers draining,
 #: repairs, linger) at most this long to count what stays missing, simulated s.
@@ -146,7 +153,7 @@ def simulate_on_cores(params: SimParams, mode: str, *, seed: int = 0,
         source.step(t)
         run.consume(t)
         link.step()
-        run.trace(k, txs)
+        run.trace(k, txs, sum(source.backlog))
         if progress is not None and k % max(1, steps // 50) == 0:
             progress(k / steps)
     at_end = [tx.snapshot(link.now) for tx in txs]
@@ -175,6 +182,7 @@ class _Run:
         self.sent_at_death: int | None = None
         self.every = max(1, round(p.trace_every_s / p.step_s))
         self.watch = list(range(min(n, p.slow + p.dead + p.paused + 1, 6)))
+        self.normal = [i for i, r in enumerate(who.roles) if r == "normal"]
         self.tr: dict[str, list[Any]] = {"t": [], "rate_limit": [], "credit": [], "sent": [],
                                          "delivered_normal": [], "backlog": []}
         self.tr_q: list[list[int]] = []
@@ -203,18 +211,17 @@ class _Run:
         return all(not rx.tracker.with_gaps and not len(link.queues[i]) and not link.inbound[i]
                    for i, rx in enumerate(rxs) if not link.stopped[i])
 
-    def trace(self, k: int, txs: list[SenderCore]) -> None:
+    def trace(self, k: int, txs: list[SenderCore], backlog: float) -> None:
         if k % self.every:
             return
         now, tr = self.link.now, self.tr
         limit, credit = txs[0].policy.limits(now=now)
-        normal = [i for i, r in enumerate(self.who.roles) if r == "normal"]
         tr["t"].append(round(now, 6))
         tr["rate_limit"].append(None if limit is None else round(limit, 1))
         tr["credit"].append(credit)
         tr["sent"].append(sum(tx.sent for tx in txs))
-        tr["delivered_normal"].append(sum(self.consumed[i] for i in normal))
-        tr["backlog"].append(0.0)
+        tr["delivered_normal"].append(sum(self.consumed[i] for i in self.normal))
+        tr["backlog"].append(backlog)
         self.tr_q.append([len(self.link.queues[i]) for i in self.watch])
         self.tr_c.append([self.consumed[i] for i in self.watch])
 
@@ -234,22 +241,13 @@ class _Run:
         unrepaired = sum(m["dropped"] + m["lost"] + m["beyond_history"]
                          for i, m in enumerate(missing) if alive[i])
         trace: dict[str, Any] = dict(self.tr)
-        trace["queue"] = {names[i]: [row[j] for row in self.tr_q]
-                          for j, i in enumerate(self.watch)}
-        trace["delivered"] = {names[i]: [row[j] for row in self.tr_c]
-                              for j, i in enumerate(self.watch)}
+        trace.update(watch_traces(names, self.watch, self.tr_q, self.tr_c))
         ft = fault_time(p)
         snap = at_end[0]
         return {
             "engine": "cores", "mode": mode, "seed": seed, "params": p.scalars(),
             "duration_s": dur,
-            "goodput": {
-                "overall": round(float(goodput[alive].mean()), 1),
-                "normal_mean": round(float(goodput[normal].mean()), 1) if normal.any() else None,
-                "min": round(float(goodput[alive].min()), 1),
-                "p50": round(float(np.median(goodput[alive])), 1),
-                "max": round(float(goodput.max()), 1),
-            },
+            "goodput": goodput_summary(goodput, alive, normal),
             "receivers": [{"id": names[i], "role": who.roles[i],
                            "consume_rate": float(who.rate[i]), "rtt_s": float(who.rtt[i]),
                            "goodput": round(float(goodput[i]), 1), "delivered": delivered[i],
