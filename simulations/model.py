@@ -133,288 +133,376 @@ def _split(total: IntArray, weights: IntArray) -> IntArray:
     return part
 
 
+@dataclass
+class _Deployment:
+    """Where each receiver sits and how it behaves: fixed for the whole run."""
+
+    rtt: np.ndarray
+    delay: IntArray  # one way, in steps
+    fb_delay: IntArray  # feedback is acted on one step later at the soonest
+    rate: np.ndarray  # consume rate, msgs/s
+    roles: np.ndarray
+    death: IntArray  # the step a receiver dies at (steps + 1: never)
+    pausing: np.ndarray  # takes stop-the-world pauses
+
+    @classmethod
+    def draw(cls, p: SimParams, rng: np.random.Generator, steps: int) -> _Deployment:
+        n, dt = p.receivers, p.step_s
+        rtt = p.rtt_s * (1.0 + p.rtt_jitter * rng.uniform(-1.0, 1.0, n))
+        delay = np.maximum(0, np.round(rtt / 2 / dt)).astype(np.int64)
+        rate = np.full(n, float(p.consume_rate_msgs))
+        if p.spread_lo < 1.0:
+            rate *= np.exp(rng.uniform(math.log(p.spread_lo), 0.0, n))
+        roles = np.array(["normal"] * n, dtype=object)
+        rate[:p.slow] = p.consume_rate_msgs * p.slow_fraction
+        roles[:p.slow] = "slow"
+        dead_lo, dead_hi = p.slow, p.slow + p.dead
+        death = np.full(n, steps + 1, np.int64)
+        death[dead_lo:dead_hi] = round(p.dead_at_s / dt)
+        roles[dead_lo:dead_hi] = "dead"
+        pausing = np.zeros(n, np.bool_)
+        pausing[dead_hi:dead_hi + p.paused] = p.pause_for_s > 0
+        roles[dead_hi:dead_hi + p.paused] = "paused"
+        return cls(rtt, delay, np.maximum(1, delay), rate, roles, death, pausing)
+
+    @property
+    def watch(self) -> list[int]:
+        """The receivers traced one by one: the special ones and one normal."""
+        return list(range(min(len(self.rtt), int((self.roles != "normal").sum()) + 1, 6)))
+
+
+class _Model:
+    """One run of the model, one method per phase of a time step (``step``)."""
+
+    def __init__(self, p: SimParams, mode: str, seed: int) -> None:
+        check_mode(mode)
+        self.p, self.mode, self.seed = p, mode, seed
+        self.rng = rng = np.random.default_rng(seed)
+        S, N = p.senders, p.receivers
+        self.steps = max(1, round(p.duration_s / p.step_s))
+        self.d = d = _Deployment.draw(p, rng, self.steps)
+        self.ring = int(2 * d.delay.max() + 4)
+        self.cap = np.full(N, p.capacity_msgs, np.int64)
+        self.per_step = d.rate * p.step_s
+        self.names = [f"r{i}" for i in range(N)]
+        self.watch = d.watch
+        self.faulted = d.roles != "normal"
+        self._init_senders(mode)
+        # receiver state (S x N where the sender matters)
+        self.q = np.zeros((S, N), np.int64)
+        self.sock = np.zeros((S, N), np.int64)  # unread socket backlog while paused
+        self.pos = np.zeros((S, N), np.int64)
+        self.consumed = np.zeros(N, np.int64)
+        self.dropped = np.zeros(N, np.int64)
+        self.lost = np.zeros(N, np.int64)
+        self.qpeak = np.zeros(N, np.int64)
+        self.qtot = np.zeros(N, np.int64)
+        self.carry = np.zeros(N)
+        self.everyone = np.ones(N, np.bool_)
+        self.reading = self.everyone
+        self.fill = VecFillMonitor(self.cap, p.nak, rng=rng) if mode == "nak" else None
+        if self.fill is not None:  # the group RTT the senders advertise in DATA
+            self.fill.set_rtt(float(d.rtt.max()))
+        self.granter = VecCreditGranter(S, self.cap, self.ack_cfg) if mode == "ack" else None
+        if self.granter is not None:  # receivers learn of the senders from their HELLO
+            self.granter.on_sender(np.ones((S, N), np.bool_), np.zeros((S, N), np.int64), 0.0)
+        # feedback in flight
+        self.levels_desc = sorted(p.nak.levels, reverse=True)
+        self.nak_ring = np.zeros((self.ring, len(self.levels_desc)), np.int64)  # at senders
+        self.nak_fill = np.zeros((self.ring, len(self.levels_desc)))  # ... highest fill
+        self.heard_ring = np.zeros((self.ring, N), np.int64)  # level overheard by receivers
+        self.credit_ring: dict[int, list[tuple[int, IntArray, IntArray]]] = {}
+        self.naks_at_sender = {lv: 0 for lv in self.levels_desc}
+        self.credits_at_sender = 0
+        self.feedback_frames = 0
+        # traces
+        self.trace_every = max(1, round(p.trace_every_s / p.step_s))
+        self.tr: dict[str, list[Any]] = {"t": [], "rate_limit": [], "credit": [], "sent": [],
+                                         "delivered_normal": [], "backlog": []}
+        self.tr_q: list[list[int]] = []
+        self.tr_c: list[list[int]] = []
+
+    def _init_senders(self, mode: str) -> None:
+        """The real sender policies, one per sender, and what feeds them."""
+        p, S = self.p, self.p.senders
+        self.ack_cfg = dataclasses.replace(p.ack, receiver_timeout_s=p.receiver_timeout_s)
+        self.flows = [make_sender_flow(mode, stream="sim", sender=f"s{s}", epoch=1, nak=p.nak,
+                                       ack=self.ack_cfg) for s in range(S)]
+        for f in self.flows:  # as a live sender measures it from its receivers' HELLO answers
+            if isinstance(f, NakFlow):
+                f.controller.set_rtt(float(self.d.rtt.max()))
+        self.send_hist = np.zeros((S, self.ring), np.int64)
+        self.src_carry = np.zeros(S)
+        self.phys_carry = np.zeros(S)
+        self.backlog = np.zeros(S)  # messages the application has produced but not yet sent
+        self.sent = np.zeros(S, np.int64)
+        self.backlog_peak = 0.0
+        self.bursty = p.burst_on_s > 0 and p.burst_off_s > 0
+        self.sourced = p.source_rate_msgs > 0 or self.bursty
+
+    def run(self, progress: Callable[[float], None] | None) -> dict[str, Any]:
+        wall0 = time.perf_counter()
+        next_progress = 0
+        for k in range(self.steps):
+            self.step(k)
+            if progress is not None and k >= next_progress:
+                progress(k / self.steps)
+                next_progress = k + max(1, self.steps // 50)
+        if progress is not None:
+            progress(1.0)
+        return self.result(time.perf_counter() - wall0)
+
+    def step(self, k: int) -> None:
+        now = k * self.p.step_s
+        self.hear_naks(k, now)
+        self.hear_credits(k, now)
+        self.send(k, now)
+        arr = self.arrivals(k, now)
+        over = self.enqueue(arr, now) if arr.any() else None
+        self.consume()
+        if self.fill is not None:
+            self.emit_naks(k, now, over)
+        elif self.granter is not None:
+            self.emit_credits(k, now)
+        if k % self.trace_every == 0:
+            self.sample(now)
+
+    # -- senders ---------------------------------------------------------------------------
+    def hear_naks(self, k: int, now: float) -> None:
+        row, fills = self.nak_ring[k % self.ring], self.nak_fill[k % self.ring]
+        if not row.any():
+            return
+        for j, lv in enumerate(self.levels_desc):  # strongest first, as a window would
+            for _ in range(int(row[j])):
+                self.naks_at_sender[lv] += 1
+                for f in self.flows:
+                    assert isinstance(f, NakFlow)
+                    f.controller.on_nak(lv, now=now, fill=float(fills[j]))
+        self.feedback_frames += int(row.sum())
+        row[:] = 0
+        fills[:] = 0.0
+
+    def hear_credits(self, k: int, now: float) -> None:
+        for s, who, lim in self.credit_ring.pop(k, ()):
+            flow = self.flows[s]
+            assert isinstance(flow, AckFlow)
+            for i, limit in zip(who.tolist(), lim.tolist(), strict=True):
+                flow.ledger.on_credit(self.names[i], limit, now=now)
+            self.credits_at_sender += len(who)
+            self.feedback_frames += len(who)
+
+    def send(self, k: int, now: float) -> None:
+        p, slot = self.p, k % self.ring
+        for s, flow in enumerate(self.flows):
+            phys = p.sender_max_rate_msgs * p.step_s + self.phys_carry[s]
+            want = int(phys)
+            if self.sourced:
+                want = min(want, self.produce(s, now))
+            n = flow.admit_up_to(want, now=now) if want else 0
+            if self.sourced:
+                self.backlog[s] -= n
+            self.phys_carry[s] = min(phys - n, 1.0) if n == want else 0.0
+            self.send_hist[s, slot] = n
+            self.sent[s] += n
+
+    def produce(self, s: int, now: float) -> int:
+        """The application's offered load for sender s this step; its whole backlog."""
+        p = self.p
+        on = not self.bursty or (now % (p.burst_on_s + p.burst_off_s)) < p.burst_on_s
+        if on:
+            offered = (p.source_rate_msgs or p.sender_max_rate_msgs) * p.step_s \
+                + self.src_carry[s]
+            self.backlog[s] += int(offered)
+            self.src_carry[s] = offered - int(offered)
+        self.backlog_peak = max(self.backlog_peak, self.backlog[s])
+        return int(self.backlog[s])
+
+    # -- receivers -------------------------------------------------------------------------
+    def arrivals(self, k: int, now: float) -> IntArray:
+        """What reaches the receivers' queues this step (dead ones lose it, paused ones
+        leave it in their socket until they read again)."""
+        p, d = self.p, self.d
+        arr = self.send_hist[:, (k - d.delay) % self.ring]
+        alive = self.everyone
+        if p.dead:
+            alive = d.death > k
+            if not alive.all():
+                self.lost += np.where(alive, 0, arr.sum(axis=0))
+                arr = np.where(alive, arr, 0)
+        if d.pausing.any():
+            in_pause = d.pausing & (now >= p.pause_at_s) & (
+                ((now - p.pause_at_s) % p.pause_every_s) < p.pause_for_s)
+            self.reading = alive & ~in_pause
+            if in_pause.any():
+                self.sock += np.where(in_pause, arr, 0)
+                arr = np.where(in_pause, 0, arr)
+            if self.sock.any():
+                arr = arr + np.where(self.reading, self.sock, 0)
+                self.sock = np.where(self.reading, 0, self.sock)
+        elif p.dead:
+            self.reading = alive
+        return arr
+
+    def _total(self, per_sender: IntArray) -> IntArray:
+        total: IntArray = per_sender.sum(axis=0) if self.p.senders > 1 else per_sender[0]
+        return total
+
+    def enqueue(self, arr: IntArray, now: float) -> IntArray | None:
+        """Queue the arrivals; the overflow per receiver if any queue overflowed."""
+        p, granter = self.p, self.granter
+        self.pos += arr
+        if granter is not None:
+            granter.on_sender(arr > 0, self.pos, now)
+        self.q += arr
+        over: IntArray = self._total(self.q) - self.cap
+        if not (over > 0).any():
+            if granter is not None:
+                granter.on_enqueued(arr)
+            return None
+        over = np.maximum(over, 0)
+        newest = p.overflow == "drop-newest"
+        drop = _split(over, arr if newest else self.q) if p.senders > 1 else over[None, :]
+        self.q -= drop
+        self.dropped += over
+        if granter is not None:
+            granter.on_enqueued(arr - drop if newest else arr)
+            if not newest:
+                granter.on_released(drop)
+        return over
+
+    def consume(self) -> None:
+        qtot = self._total(self.q)
+        np.maximum(self.qpeak, qtot, out=self.qpeak)
+        budget = np.where(self.reading, self.per_step + self.carry, 0.0)
+        c = np.minimum(budget.astype(np.int64), qtot)
+        self.carry = np.where(self.reading, np.minimum(budget - c, 1.0), self.carry)
+        if c.any():
+            take = _split(c, self.q) if self.p.senders > 1 else c[None, :]
+            self.q -= take
+            self.consumed += c
+            qtot = self._total(self.q)
+            if self.granter is not None:
+                self.granter.on_released(take)
+        self.qtot = qtot
+
+    # -- feedback --------------------------------------------------------------------------
+    def emit_naks(self, k: int, now: float, over: IntArray | None) -> None:
+        fill, qtot, slot = self.fill, self.qtot, k % self.ring
+        assert fill is not None
+        heard = self.heard_ring[slot]
+        if heard.any():
+            fill.on_heard(heard, now)
+            heard[:] = 0
+        # a queue that overflowed this step is full, whatever the consumer took since
+        seen = qtot if over is None else np.where(over > 0, self.cap, qtot)
+        levels = fill.update(seen, now, self.reading if self.p.dead or self.d.pausing.any()
+                             else None)
+        if not levels.any():
+            return
+        em = np.flatnonzero(levels)
+        lvl = levels[em]
+        for j, lv in enumerate(self.levels_desc):
+            mine = em[lvl == lv]
+            if mine.size:
+                at = (k + self.d.fb_delay[mine]) % self.ring
+                np.add.at(self.nak_ring, (at, j), 1)
+                np.maximum.at(self.nak_fill, (at, j), 100.0 * qtot[mine] / self.cap[mine])
+                self.overhear(k, mine, lv)
+
+    def overhear(self, k: int, mine: IntArray, lv: int) -> None:
+        """The nearest emitter's NAK reaches receiver i after delay[emitter] + delay[i];
+        the emitter itself hears the next nearest."""
+        delay = self.d.delay
+        order = mine[np.argsort(delay[mine], kind="stable")[:2]]
+        via = np.full(self.p.receivers, delay[order[0]])
+        if order.size > 1:
+            via[order[0]] = delay[order[1]]
+        hear_at = (k + np.maximum(1, via + delay)) % self.ring
+        mask = np.ones(self.p.receivers, np.bool_)
+        if order.size == 1:
+            mask[order[0]] = False
+        rows, cols = hear_at[mask], np.flatnonzero(mask)
+        self.heard_ring[rows, cols] = np.maximum(self.heard_ring[rows, cols], lv)
+
+    def emit_credits(self, k: int, now: float) -> None:
+        assert self.granter is not None
+        due, limit = self.granter.poll(now, self.reading)
+        if not due.any():
+            return
+        for s in range(self.p.senders):
+            who = np.flatnonzero(due[s])
+            if not who.size:
+                continue
+            at = k + self.d.fb_delay[who]
+            for a in np.unique(at).tolist():
+                sel = who[at == a]
+                self.credit_ring.setdefault(int(a), []).append((s, sel, limit[s, sel]))
+
+    # -- results ---------------------------------------------------------------------------
+    def sample(self, now: float) -> None:
+        tr = self.tr
+        r_lim, cred = self.flows[0].limits(now=now)
+        tr["t"].append(round(now, 6))
+        tr["rate_limit"].append(None if r_lim is None else round(r_lim, 1))
+        tr["credit"].append(cred)
+        tr["sent"].append(int(self.sent.sum()))
+        tr["delivered_normal"].append(int(self.consumed[~self.faulted].sum()))
+        tr["backlog"].append(float(self.backlog.sum()))
+        self.tr_q.append(self.qtot[self.watch].tolist())
+        self.tr_c.append(self.consumed[self.watch].tolist())
+
+    def result(self, wall_s: float) -> dict[str, Any]:
+        p, d, fill, names = self.p, self.d, self.fill, self.names
+        duration = self.steps * p.step_s
+        goodput = self.consumed / duration
+        alive_end = d.death > self.steps - 1
+        normal = ~self.faulted
+        trace: dict[str, Any] = dict(self.tr)
+        trace.update(watch_traces(names, self.watch, self.tr_q, self.tr_c))
+        fault_t = fault_time(p)
+        sent = int(self.sent.sum())
+        return {
+            "mode": self.mode,
+            "seed": self.seed,
+            "params": p.scalars(),
+            "duration_s": duration,
+            "goodput": goodput_summary(goodput, alive_end, normal),
+            "receivers": [{"id": names[i], "role": str(d.roles[i]),
+                           "consume_rate": float(d.rate[i]), "rtt_s": float(d.rtt[i]),
+                           "goodput": round(float(goodput[i]), 1),
+                           "delivered": int(self.consumed[i]), "dropped": int(self.dropped[i]),
+                           "lost": int(self.lost[i]), "queue_peak": int(self.qpeak[i])}
+                          for i in self.watch],
+            "delivered": int(self.consumed.sum()),
+            "dropped": int(self.dropped.sum()),
+            "dropped_normal": int(self.dropped[normal].sum()),
+            "unrepaired": int(self.dropped[alive_end].sum()),  # the model does not repair
+            "lost": int(self.lost.sum()),
+            "queue_peak": int(self.qpeak.max()),
+            "sent": sent,
+            "send_rate": round(sent / duration, 1),
+            "feedback_per_s_at_sender": round(self.feedback_frames / p.senders / duration, 2),
+            "naks_at_sender": {str(k): v for k, v in self.naks_at_sender.items()},
+            "credits_at_sender": self.credits_at_sender,
+            "naks_suppressed": 0 if fill is None else fill.suppressed,
+            "naks_predicted": 0 if fill is None else fill.predicted,
+            "source_backlog_peak": self.backlog_peak,
+            "recovery_s": recovery_time(self.tr, fault_t, p),
+            "fault_t": fault_t,
+            "sender": self.flows[0].snapshot(),
+            "trace": trace,
+            "wall_s": round(wall_s, 3),
+        }
+
+
 def simulate(params: SimParams, mode: str, *, seed: int = 0,
              progress: Callable[[float], None] | None = None) -> dict[str, Any]:
-    """Run one deployment under ``mode``; return its metrics and traces (JSON-ready)."""
-    check_mode(mode)
-    p = params
-    wall0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    S, N, dt = p.senders, p.receivers, p.step_s
-    steps = max(1, round(p.duration_s / dt))
-    idx = np.arange(N)
+    """Run one deployment under ``mode``; return its metrics and traces (JSON-ready).
 
-    # -- receivers: latency, speed, faults -------------------------------------------------
-    rtt = p.rtt_s * (1.0 + p.rtt_jitter * rng.uniform(-1.0, 1.0, N))
-    delay = np.maximum(0, np.round(rtt / 2 / dt)).astype(np.int64)  # one way, in steps
-    fb_delay = np.maximum(1, delay)  # feedback is acted on one step later at the soonest
-    ring = int(2 * delay.max() + 4)
-    rate = np.full(N, float(p.consume_rate_msgs))
-    if p.spread_lo < 1.0:
-        rate *= np.exp(rng.uniform(math.log(p.spread_lo), 0.0, N))
-    roles = np.array(["normal"] * N, dtype=object)
-    rate[:p.slow] = p.consume_rate_msgs * p.slow_fraction
-    roles[:p.slow] = "slow"
-    dead_lo, dead_hi = p.slow, p.slow + p.dead
-    death = np.full(N, steps + 1, np.int64)
-    death[dead_lo:dead_hi] = round(p.dead_at_s / dt)
-    roles[dead_lo:dead_hi] = "dead"
-    pausing = np.zeros(N, np.bool_)
-    pausing[dead_hi:dead_hi + p.paused] = p.pause_for_s > 0
-    roles[dead_hi:dead_hi + p.paused] = "paused"
-    per_step = rate * dt
-    cap = np.full(N, p.capacity_msgs, np.int64)
-    watch = list(range(min(N, dead_hi + p.paused + 1, 6)))  # the special ones and one normal
-    faulted = roles != "normal"
-
-    # -- senders: the real policies --------------------------------------------------------
-    ack_cfg = dataclasses.replace(p.ack, receiver_timeout_s=p.receiver_timeout_s)
-    flows = [make_sender_flow(mode, stream="sim", sender=f"s{s}", epoch=1, nak=p.nak,
-                              ack=ack_cfg) for s in range(S)]
-    for f in flows:  # as a live sender measures it from its receivers' HELLO answers
-        if isinstance(f, NakFlow):
-            f.controller.set_rtt(float(rtt.max()))
-    names = [f"r{i}" for i in range(N)]
-    send_hist = np.zeros((S, ring), np.int64)
-    src_carry = np.zeros(S)
-    phys_carry = np.zeros(S)
-    backlog = np.zeros(S)  # messages the application has produced but not yet sent
-    sent = np.zeros(S, np.int64)
-    backlog_peak = 0.0
-    feedback_frames = 0
-    bursty = p.burst_on_s > 0 and p.burst_off_s > 0
-
-    # -- receiver state (S x N where per sender matters) -----------------------------------
-    q = np.zeros((S, N), np.int64)
-    sock = np.zeros((S, N), np.int64)  # unread socket backlog while paused
-    pos = np.zeros((S, N), np.int64)
-    consumed = np.zeros(N, np.int64)
-    dropped = np.zeros(N, np.int64)
-    lost = np.zeros(N, np.int64)
-    qpeak = np.zeros(N, np.int64)
-    carry = np.zeros(N)
-    fill = VecFillMonitor(cap, p.nak, rng=rng) if mode == "nak" else None
-    if fill is not None:  # the group RTT the senders advertise in DATA
-        fill.set_rtt(float(rtt.max()))
-    granter = VecCreditGranter(S, cap, ack_cfg) if mode == "ack" else None
-    if granter is not None:  # receivers learn of the senders from their HELLO
-        granter.on_sender(np.ones((S, N), np.bool_), np.zeros((S, N), np.int64), 0.0)
-    levels_desc = sorted(p.nak.levels, reverse=True)
-    nak_ring = np.zeros((ring, len(levels_desc)), np.int64)  # NAKs arriving at the senders
-    nak_fill = np.zeros((ring, len(levels_desc)))  # ... and the highest fill they report
-    heard_ring = np.zeros((ring, N), np.int64)  # NAK level overheard by each receiver
-    credit_ring: dict[int, list[tuple[int, IntArray, IntArray]]] = {}
-    naks_at_sender = {lv: 0 for lv in levels_desc}
-    credits_at_sender = 0
-
-    # -- traces -----------------------------------------------------------------------------
-    trace_every = max(1, round(p.trace_every_s / dt))
-    tr: dict[str, list[Any]] = {"t": [], "rate_limit": [], "credit": [], "sent": [],
-                                "delivered_normal": [], "backlog": []}
-    tr_q: list[list[int]] = []
-    tr_c: list[list[int]] = []
-    any_pausing = bool(pausing.any())
-    any_dead = p.dead > 0
-    reading = np.ones(N, np.bool_)
-    alive = reading
-    next_progress = 0
-
-    for k in range(steps):
-        now = k * dt
-        # senders ------------------------------------------------------------------------
-        if nak_ring[k % ring].any():
-            row = nak_ring[k % ring]
-            fills = nak_fill[k % ring]
-            for j, lv in enumerate(levels_desc):  # strongest first, as a window would
-                for _ in range(int(row[j])):
-                    naks_at_sender[lv] += 1
-                    for f in flows:
-                        assert isinstance(f, NakFlow)
-                        f.controller.on_nak(lv, now=now, fill=float(fills[j]))
-            feedback_frames += int(row.sum())
-            row[:] = 0
-            fills[:] = 0.0
-        credits = credit_ring.pop(k, None)
-        if credits:
-            for s, who, lim in credits:
-                flow = flows[s]
-                assert isinstance(flow, AckFlow)
-                ledger = flow.ledger
-                for i, limit in zip(who.tolist(), lim.tolist(), strict=True):
-                    ledger.on_credit(names[i], limit, now=now)
-                credits_at_sender += len(who)
-                feedback_frames += len(who)
-        slot = k % ring
-        for s, flow in enumerate(flows):
-            phys = p.sender_max_rate_msgs * dt + phys_carry[s]
-            want = int(phys)
-            if p.source_rate_msgs > 0 or bursty:
-                on = not bursty or (now % (p.burst_on_s + p.burst_off_s)) < p.burst_on_s
-                if on:
-                    offered = (p.source_rate_msgs or p.sender_max_rate_msgs) * dt + src_carry[s]
-                    backlog[s] += int(offered)
-                    src_carry[s] = offered - int(offered)
-                want = min(want, int(backlog[s]))
-                backlog_peak = max(backlog_peak, backlog[s])
-            n = flow.admit_up_to(want, now=now) if want else 0
-            if p.source_rate_msgs > 0 or bursty:
-                backlog[s] -= n
-            phys_carry[s] = min(phys - n, 1.0) if n == want else 0.0
-            send_hist[s, slot] = n
-            sent[s] += n
-
-        # receivers: arrivals -----------------------------------------------------------------
-        arr = send_hist[:, (k - delay) % ring]
-        if any_dead:
-            alive = death > k
-            if not alive.all():
-                lost += np.where(alive, 0, arr.sum(axis=0))
-                arr = np.where(alive, arr, 0)
-        if any_pausing:
-            in_pause = pausing & (now >= p.pause_at_s) & (
-                ((now - p.pause_at_s) % p.pause_every_s) < p.pause_for_s)
-            reading = alive & ~in_pause
-            if in_pause.any():
-                sock += np.where(in_pause, arr, 0)
-                arr = np.where(in_pause, 0, arr)
-            if sock.any():
-                arr = arr + np.where(reading, sock, 0)
-                sock = np.where(reading, 0, sock)
-        elif any_dead:
-            reading = alive
-        overflowed = False
-        if arr.any():
-            pos += arr
-            if granter is not None:
-                granter.on_sender(arr > 0, pos, now)
-            q += arr
-            qtot = q.sum(axis=0) if S > 1 else q[0]
-            over = qtot - cap
-            if (over > 0).any():
-                over = np.maximum(over, 0)
-                overflowed = True
-                drop = _split(over, arr if p.overflow == "drop-newest" else q) if S > 1 \
-                    else over[None, :]
-                q -= drop
-                dropped += over
-                if granter is not None:
-                    granter.on_enqueued(arr - drop if p.overflow == "drop-newest" else arr)
-                    if p.overflow == "drop-oldest":
-                        granter.on_released(drop)
-            elif granter is not None:
-                granter.on_enqueued(arr)
-        # consume -----------------------------------------------------------------------------
-        qtot = q.sum(axis=0) if S > 1 else q[0]
-        np.maximum(qpeak, qtot, out=qpeak)
-        budget = np.where(reading, per_step + carry, 0.0)
-        c = np.minimum(budget.astype(np.int64), qtot)
-        carry = np.where(reading, np.minimum(budget - c, 1.0), carry)
-        if c.any():
-            take = _split(c, q) if S > 1 else c[None, :]
-            q -= take
-            consumed += c
-            qtot = q.sum(axis=0) if S > 1 else q[0]
-            if granter is not None:
-                granter.on_released(take)
-        # feedback ----------------------------------------------------------------------------
-        if fill is not None:
-            heard = heard_ring[slot]
-            if heard.any():
-                fill.on_heard(heard, now)
-                heard[:] = 0
-            # a queue that overflowed this step is full, whatever the consumer took since
-            seen = np.where(over > 0, cap, qtot) if overflowed else qtot
-            levels = fill.update(seen, now, reading if any_dead or any_pausing else None)
-            if levels.any():
-                em = np.flatnonzero(levels)
-                lvl = levels[em]
-                for j, lv in enumerate(levels_desc):
-                    mine = em[lvl == lv]
-                    if not mine.size:
-                        continue
-                    at = (k + fb_delay[mine]) % ring
-                    np.add.at(nak_ring, (at, j), 1)
-                    np.maximum.at(nak_fill, (at, j), 100.0 * qtot[mine] / cap[mine])
-                    # overheard: the nearest emitter's NAK reaches receiver i after
-                    # delay[emitter] + delay[i]; the emitter itself hears the next nearest
-                    order = mine[np.argsort(delay[mine], kind="stable")[:2]]
-                    first = delay[order[0]]
-                    via = np.full(N, first)
-                    if order.size > 1:
-                        via[order[0]] = delay[order[1]]
-                    hear_at = (k + np.maximum(1, via + delay)) % ring
-                    mask = np.ones(N, np.bool_)
-                    if order.size == 1:
-                        mask[order[0]] = False
-                    rows, cols = hear_at[mask], idx[mask]
-                    heard_ring[rows, cols] = np.maximum(heard_ring[rows, cols], lv)
-        elif granter is not None:
-            due, limit = granter.poll(now, reading)
-            if due.any():
-                for s in range(S):
-                    who = np.flatnonzero(due[s])
-                    if not who.size:
-                        continue
-                    at = k + fb_delay[who]
-                    for a in np.unique(at).tolist():
-                        sel = who[at == a]
-                        credit_ring.setdefault(int(a), []).append((s, sel, limit[s, sel]))
-
-        # trace ---------------------------------------------------------------------------
-        if k % trace_every == 0:
-            r_lim, cred = flows[0].limits(now=now)
-            tr["t"].append(round(now, 6))
-            tr["rate_limit"].append(None if r_lim is None else round(r_lim, 1))
-            tr["credit"].append(cred)
-            tr["sent"].append(int(sent.sum()))
-            tr["delivered_normal"].append(int(consumed[~faulted].sum()))
-            tr["backlog"].append(float(backlog.sum()))
-            tr_q.append(qtot[watch].tolist())
-            tr_c.append(consumed[watch].tolist())
-        if progress is not None and k >= next_progress:
-            progress(k / steps)
-            next_progress = k + max(1, steps // 50)
-
-    if progress is not None:
-        progress(1.0)
-    duration = steps * dt
-    goodput = consumed / duration
-    alive_end = death > steps - 1
-    normal = ~faulted
-    trace: dict[str, Any] = dict(tr)
-    trace.update(watch_traces(names, watch, tr_q, tr_c))
-    fault_t = fault_time(p)
-    result: dict[str, Any] = {
-        "mode": mode,
-        "seed": seed,
-        "params": p.scalars(),
-        "duration_s": duration,
-        "goodput": goodput_summary(goodput, alive_end, normal),
-        "receivers": [{"id": names[i], "role": str(roles[i]), "consume_rate": float(rate[i]),
-                       "rtt_s": float(rtt[i]), "goodput": round(float(goodput[i]), 1),
-                       "delivered": int(consumed[i]), "dropped": int(dropped[i]),
-                       "lost": int(lost[i]), "queue_peak": int(qpeak[i])} for i in watch],
-        "delivered": int(consumed.sum()),
-        "dropped": int(dropped.sum()),
-        "dropped_normal": int(dropped[normal].sum()),
-        "unrepaired": int(dropped[alive_end].sum()),  # the model does not repair
-        "lost": int(lost.sum()),
-        "queue_peak": int(qpeak.max()),
-        "sent": int(sent.sum()),
-        "send_rate": round(float(sent.sum()) / duration, 1),
-        "feedback_per_s_at_sender": round(feedback_frames / S / duration, 2),
-        "naks_at_sender": {str(k): v for k, v in naks_at_sender.items()},
-        "credits_at_sender": credits_at_sender,
-        "naks_suppressed": 0 if fill is None else fill.suppressed,
-        "naks_predicted": 0 if fill is None else fill.predicted,
-        "source_backlog_peak": backlog_peak,
-        "recovery_s": recovery_time(tr, fault_t, p),
-        "fault_t": fault_t,
-        "sender": flows[0].snapshot(),
-        "trace": trace,
-        "wall_s": round(time.perf_counter() - wall0, 3),
-    }
-    return result
+    Each time step: the senders hear the feedback due now and send what their policy
+    admits; the receivers take what arrives (a dead one loses it, a paused one leaves it
+    in its socket), overflow, consume and send feedback (``_Model.step``)."""
+    return _Model(params, mode, seed).run(progress)
 
 
 def goodput_summary(goodput: Any, alive: Any, normal: Any) -> dict[str, float | None]:
