@@ -82,7 +82,11 @@ def main() -> int:
         cmd = [sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-3", "-q",
                "-j", str(min(4, os.cpu_count() or 1)), "-X", "annotation_typing=False",
                *sources]
-        run = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+        # -O2 -g0 (after Python's own -g -O3, so they win): the build takes half the time
+        # (about 30 s instead of 55 s for the 17 modules here, and every fresh clone's
+        # `make test` builds them) and the twins run as fast (benchmarks/suite.py W1)
+        env = {**os.environ, "CFLAGS": os.environ.get("CFLAGS", "") + " -O2 -g0"}
+        run = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
         if run.returncode != 0:
             sys.stderr.write(run.stdout[-4000:] + run.stderr[-4000:])
             print("[speedups] the build failed: nakflow runs as pure Python", flush=True)
