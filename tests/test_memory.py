@@ -12,9 +12,9 @@
   loaded full suite an unpaced flood put the receiver ~0.5 s behind and left a 3 MB
   step.
 * The soak: a sender at 80 % of the slow receiver's capacity for NAKFLOW_SOAK_S
-  seconds (60 in CI; the issue's long run is 600), nak and ack side by side: RSS of
-  each sender and of all receivers stays flat after warm-up (growth < 5 %), with
-  nothing lost or dropped.
+  seconds (40 in CI: 13 s of warm-up, then 27 s watched; the long run is 600), nak and
+  ack side by side: RSS of each sender and of all receivers stays flat after warm-up
+  (growth < 5 %), with nothing lost or dropped.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tests.rss import RssSampler, rss_kib
 pytestmark = pytest.mark.slow
 GROWTH_LIMIT = 0.05
 FLOOD_LAG = 2_000  # frames the flood may run ahead of the receiver
-SOAK_S = float(os.environ.get("NAKFLOW_SOAK_S", "60"))
+SOAK_S = float(os.environ.get("NAKFLOW_SOAK_S", "40"))
 
 
 def start_sender(data: list[str], feedback: list[str], *, mode: str, extra: list[str]
