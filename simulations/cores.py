@@ -35,6 +35,12 @@ from nakflow import (
     check_mode,
 )
 from nakflow.wire import TARGET_MAGIC, target_prefix
+from transports import SocketOptions
+
+#: Frames that wait for a receiver that does not read, by default: what the live
+#: channels queue (the PUB's send and the SUB's receive high-water marks; the kernel's
+#: TCP buffers hold more still)
+HWM_FRAMES = SocketOptions().sndhwm_msgs + SocketOptions().rcvhwm_msgs
 
 DATA_TYPES = (1, 7)  # DATA, RDATA: the frames lost in flight
 FEEDBACK_TYPES = (2, 8)  # NAK, REPAIR: the feedback frames lost on the way back
@@ -47,7 +53,7 @@ class SimLink:
                  step_s: float = 0.001, rtt_s: Sequence[float] | float = 0.002,
                  rng: random.Random | None = None, data_loss: float = 0.0,
                  shared_loss: float = 0.0, feedback_loss: float = 0.0,
-                 hwm_frames: int = 1_000) -> None:
+                 hwm_frames: int = HWM_FRAMES) -> None:
         self.senders, self.receivers = list(senders), list(receivers)
         n = len(self.receivers)
         rtts = [rtt_s] * n if isinstance(rtt_s, (int, float)) else list(rtt_s)
@@ -59,6 +65,7 @@ class SimLink:
         self.queues = [DeliveryQueue(rx.capacity_msgs, rx.config.overflow, wake=lambda: None,
                                      wake_every=1 << 30) for rx in self.receivers]
         self.stopped = [False] * n  # paused or dead: reads nothing, says nothing
+        self.gone = [False] * n  # dead: its connections closed (``disconnect``)
         self._stopped_at: list[float | None] = [None] * n
         self.inbound: list[deque[tuple[int, bytes]]] = [deque() for _ in range(n)]
         self.overheard: list[deque[tuple[int, bytes]]] = [deque() for _ in range(n)]
@@ -69,6 +76,13 @@ class SimLink:
     @property
     def now(self) -> float:
         return self.k * self.step_s
+
+    def disconnect(self, i: int) -> None:
+        """Receiver ``i``'s process died: its connections close, what waited for it is
+        gone and nothing more is queued for it (as a PUB drops a closed peer's pipe)."""
+        self.gone[i] = self.stopped[i] = True
+        self.inbound[i].clear()
+        self.overheard[i].clear()
 
     def inject(self, i: int, buf: bytes) -> None:
         """Put ``buf`` on receiver ``i``'s data channel (arrives at the next step)."""
@@ -122,8 +136,8 @@ class SimLink:
             if lossy and self.shared_loss and rng.random() < self.shared_loss:
                 continue
             for i, half in enumerate(self.half):
-                if only is not None and only != self._prefixes[i]:
-                    continue  # ZeroMQ's SUB filters it out there
+                if (only is not None and only != self._prefixes[i]) or self.gone[i]:
+                    continue  # ZeroMQ's SUB filters it out there, or no one is there
                 if not (lossy and self.data_loss and rng.random() < self.data_loss):
                     self.inbound[i].append((k + half, buf))
 
@@ -141,7 +155,7 @@ class SimLink:
                 continue
             self.to_senders.append((k + half[i], i, buf))
             for j in range(len(self.receivers)):
-                if j != i:
+                if j != i and not self.gone[j]:
                     self.overheard[j].append((k + half[i] + half[j], buf))
 
 
@@ -164,7 +178,7 @@ class CoreSimParams:
     #: Messages per DATA frame.
     batch: int = 16
     #: Frames waiting for a receiver that does not read, at most (then dropped in flight).
-    hwm_frames: int = 1_000
+    hwm_frames: int = HWM_FRAMES
     #: The first `paused` receivers stop reading and consuming for pause_for_s ...
     paused: int = 0
     #: ... every pause_every_s, s ...
@@ -233,7 +247,11 @@ def simulate_cores(p: CoreSimParams, mode: str, *, seed: int = 0) -> dict[str, A
                         break
                 tx.flush(t)  # ... then waits a step: what it admitted leaves first
         for i in range(n):
+            if link.gone[i]:
+                continue
             link.stopped[i] = _stopped(p, i, t)
+            if p.paused <= i < p.paused + p.dead and link.stopped[i]:
+                link.disconnect(i)  # dead
             if not link.stopped[i]:
                 carry[i] += p.consume_rate_msgs * dt
                 for msg in link.queues[i].take(int(carry[i]), 0):
