@@ -330,9 +330,9 @@ def _rate_between(times: Sequence[float], counts: Sequence[float], a: float, b: 
 def w3_stall(count: int) -> list[dict[str, Any]]:
     """One of four receivers SIGSTOPped for STALL_S while a sender sends at 20k msgs/s."""
     full = count >= 50_000
-    stall_s = 3.0 if full else 1.0  # --smoke: 1 s, and 1 s on either side
+    stall_s = 3.0 if full else 1.0  # --smoke: 1 s, 1 s before and 0.5 s after
     at_s = 1.5 if full else 1.0
-    duration = at_s + stall_s + (2.0 if full else 1.0)
+    duration = at_s + stall_s + (2.0 if full else 0.5)
     log(f"W3 stalled receiver: one of four SIGSTOPped for {stall_s:.0f} s, "
         f"{SLOW_RATE:,.0f} msgs/s for {duration:.1f} s")
     rows = []
