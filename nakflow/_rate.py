@@ -208,6 +208,13 @@ class NakRateController:
         measured = self._meter.current(now)
         if measured is not None and measured < base:
             base = max(measured, cfg.min_rate_msgs)
+        if self._cut_to(factor_level, base, rate) >= base:
+            # the receiver takes more than is sent now (the floor of its reported rate):
+            # a queue that is still draining, not news; cutting "to the base" would only
+            # shave the meter's error off the limit each time (a slow spiral)
+            self.holds += 1
+            self._block_increase(now, current)
+            return False
         self._window_start = now
         self._window_base = base
         self._cut(factor_level, base, now, rate)
@@ -255,8 +262,8 @@ class NakRateController:
         # Repeats within the episode do not drag W down with them.
         deepest = cfg.cut_factors[self._episode_level]
         w = self._episode_base * (1.0 + deepest) / 2.0
-        if rate > 0:  # the receiver said what it takes: the plateau is no higher
-            w = min(w, rate)
+        if rate > 0:  # the receiver said what it takes: the plateau is there (a rate
+            w = rate  # already below it, after a drain, returns to it along the curve)
         new_rate = self._cut_to(level, base, rate)
         self._w = min(max(w, new_rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
         self._set_origin(min(new_rate, self._w), now)
