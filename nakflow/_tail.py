@@ -13,9 +13,14 @@ import math
 ANNOUNCE_FIRST_S = 0.05
 ANNOUNCE_MAX_S = 1.0
 #: After END, END goes again this many times, at intervals doubling from
-#: max(2 RTT, END_REPEAT_FIRST_S); close() returns after the last one, in every mode.
+#: max(2 RTT, END_REPEAT_FIRST_S) up to END_REPEAT_MAX_S; close() returns after the last
+#: one, in every mode. The cap: an RTT measured across a full buffer is the buffer's
+#: delay (5.2 s from an ACK sender whose TCP buffer held seconds of data for the lab's
+#: 8 Mbit/s link), and uncapped its three repeats kept close() waiting 72 s after every
+#: receiver had ended.
 END_REPEATS = 3
 END_REPEAT_FIRST_S = 0.02
+END_REPEAT_MAX_S = 1.0
 
 
 class TailAnnouncer:
@@ -43,10 +48,11 @@ class TailAnnouncer:
 
     def start_ends(self, now: float, rtt_s: float) -> None:
         """END was sent at ``now``: schedule its repeats."""
-        self.ends_left, self._end_gap = END_REPEATS, max(2 * rtt_s, END_REPEAT_FIRST_S)
+        self.ends_left = END_REPEATS
+        self._end_gap = min(max(2 * rtt_s, END_REPEAT_FIRST_S), END_REPEAT_MAX_S)
         self.end_at = now + self._end_gap
 
     def end_repeated(self, now: float) -> None:
         self.ends_left -= 1
-        self._end_gap *= 2
+        self._end_gap = min(2 * self._end_gap, END_REPEAT_MAX_S)
         self.end_at = now + self._end_gap if self.ends_left else math.inf

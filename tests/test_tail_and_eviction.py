@@ -24,7 +24,7 @@ import pytest
 from nakflow import AckConfig, ReceiverConfig, ReceiverCore, RepairConfig, Sender, SenderConfig
 from nakflow._credit import CreditLedger
 from nakflow._sender_core import SenderCore
-from nakflow._tail import ANNOUNCE_FIRST_S, END_REPEATS
+from nakflow._tail import ANNOUNCE_FIRST_S, END_REPEAT_MAX_S, END_REPEATS
 from nakflow.events import ReceiverLeft
 from nakflow.testing import LocalReceivers, ReceiverSpec
 from nakflow.wire import End, Hello, Repair, decode, encode
@@ -88,6 +88,22 @@ def test_end_is_repeated_and_close_waits_for_it_in_every_mode():
         ends = [f for f in rest if type(f) is End]
         assert len(ends) == END_REPEATS and tx.closed, (mode, rest)
         assert type(rest[-1]).__name__ == "Bye"
+
+
+def test_end_repeats_do_not_stretch_with_an_rtt_measured_across_a_full_buffer():
+    """An ACK sender whose HELLO waited behind seconds of data in its TCP buffer (the
+    lab's 8 Mbit/s link) measured an RTT of 5.2 s, and its END repeats (2 RTT, doubling)
+    kept close() waiting 72 s after every receiver had ended. Each gap is capped."""
+    tx = _sender("ack")
+    tx.roster.rtt_s = 5.2
+    tx.close(0.0)
+    tx.frames_to_send()
+    ends_at = []
+    while not tx.closed and (t := tx.get_timer()) is not None and t <= 100.0:
+        tx.handle_timer(t)
+        ends_at += [t for b in tx.frames_to_send() if type(decode(b)) is End]
+    assert len(ends_at) == END_REPEATS and tx.closed
+    assert ends_at[-1] <= END_REPEATS * END_REPEAT_MAX_S, ends_at  # was 10.4, 31.2, 72.8
 
 
 def test_a_receiver_that_lost_end_ends_on_a_repeat():
