@@ -223,3 +223,30 @@ def test_spark_style_push_reaches_a_real_pushgateway(pushgateway):
                  id=snap["sender_id"]) == 1_234
     assert value(page, "nakflow_frames_sent_total", job="nakflow-test",
                  id=snap["sender_id"]) == snap["frames"]
+
+
+def test_a_signal_between_taking_a_chunk_and_sinking_it_waits_for_the_hand_over():
+    """SIGTERM raised Interrupted wherever the receive loop was: once between taking a
+    chunk from the queue and writing it to the sink, and that chunk (2 of 4,000 messages
+    at --consume-rate 1000) never reached the file. Inside ``signals_held`` the signal
+    waits for the hand-over; a second one raises at once."""
+    from nakflow._commands import Interrupted, _raise_interrupted, signals_held
+
+    old = signal.signal(signal.SIGINT, _raise_interrupted)
+    try:
+        done = []
+        with pytest.raises(Interrupted), signals_held():
+            signal.raise_signal(signal.SIGINT)
+            done.append("taken")
+            done.append("handed over")
+        assert done == ["taken", "handed over"]
+        with pytest.raises(Interrupted), signals_held():
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # insists: raises at once
+            done.append("never")
+        assert done == ["taken", "handed over"]
+        from nakflow._commands import _Held
+
+        assert _Held.pending is None and _Held.depth == 0
+    finally:
+        signal.signal(signal.SIGINT, old)
