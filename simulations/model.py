@@ -171,6 +171,83 @@ class _Deployment:
         return list(range(min(len(self.rtt), int((self.roles != "normal").sum()) + 1, 6)))
 
 
+class _InFlight:
+    """Feedback on its way: NAKs and credits to the senders, NAKs overheard by the other
+    receivers, each due at the step it arrives (rings of ``ring`` steps)."""
+
+    def __init__(self, d: _Deployment, ring: int, levels_desc: list[int]) -> None:
+        self.d, self.ring, self.levels_desc = d, ring, levels_desc
+        n = len(d.delay)
+        self.nak_ring = np.zeros((ring, len(levels_desc)), np.int64)  # at the senders
+        self.nak_fill = np.zeros((ring, len(levels_desc)))  # ... the highest fill
+        self.heard_ring = np.zeros((ring, n), np.int64)  # level overheard by receivers
+        self.credit_ring: dict[int, list[tuple[int, IntArray, IntArray]]] = {}
+        self.naks_at_sender = {lv: 0 for lv in levels_desc}
+        self.credits_at_sender = 0
+        self.frames = 0  # feedback frames the senders heard
+
+    def hear_naks(self, k: int, now: float, flows: list[Any]) -> None:
+        row, fills = self.nak_ring[k % self.ring], self.nak_fill[k % self.ring]
+        if not row.any():
+            return
+        for j, lv in enumerate(self.levels_desc):  # strongest first, as a window would
+            for _ in range(int(row[j])):
+                self.naks_at_sender[lv] += 1
+                for f in flows:
+                    assert isinstance(f, NakFlow)
+                    f.controller.on_nak(lv, now=now, fill=float(fills[j]))
+        self.frames += int(row.sum())
+        row[:] = 0
+        fills[:] = 0.0
+
+    def hear_credits(self, k: int, now: float, flows: list[Any], names: list[str]) -> None:
+        for s, who, lim in self.credit_ring.pop(k, ()):
+            flow = flows[s]
+            assert isinstance(flow, AckFlow)
+            for i, limit in zip(who.tolist(), lim.tolist(), strict=True):
+                flow.ledger.on_credit(names[i], limit, now=now)
+            self.credits_at_sender += len(who)
+            self.frames += len(who)
+
+    def post_naks(self, k: int, levels: IntArray, fill_pct: np.ndarray) -> None:
+        """Receivers with a nonzero ``levels`` entry multicast a NAK of that level."""
+        em = np.flatnonzero(levels)
+        lvl = levels[em]
+        for j, lv in enumerate(self.levels_desc):
+            mine = em[lvl == lv]
+            if mine.size:
+                at = (k + self.d.fb_delay[mine]) % self.ring
+                np.add.at(self.nak_ring, (at, j), 1)
+                np.maximum.at(self.nak_fill, (at, j), fill_pct[mine])
+                self.overhear(k, mine, lv)
+
+    def overhear(self, k: int, mine: IntArray, lv: int) -> None:
+        """The nearest emitter's NAK reaches receiver i after delay[emitter] + delay[i];
+        the emitter itself hears the next nearest."""
+        delay = self.d.delay
+        order = mine[np.argsort(delay[mine], kind="stable")[:2]]
+        via = np.full(len(delay), delay[order[0]])
+        if order.size > 1:
+            via[order[0]] = delay[order[1]]
+        hear_at = (k + np.maximum(1, via + delay)) % self.ring
+        mask = np.ones(len(delay), np.bool_)
+        if order.size == 1:
+            mask[order[0]] = False
+        rows, cols = hear_at[mask], np.flatnonzero(mask)
+        self.heard_ring[rows, cols] = np.maximum(self.heard_ring[rows, cols], lv)
+
+    def post_credits(self, k: int, due: np.ndarray, limit: IntArray) -> None:
+        """Each due (sender, receiver) grant reaches its sender one way later."""
+        for s in range(due.shape[0]):
+            who = np.flatnonzero(due[s])
+            if not who.size:
+                continue
+            at = k + self.d.fb_delay[who]
+            for a in np.unique(at).tolist():
+                sel = who[at == a]
+                self.credit_ring.setdefault(int(a), []).append((s, sel, limit[s, sel]))
+
+
 class _Model:
     """One run of the model, one method per phase of a time step (``step``)."""
 
@@ -206,15 +283,7 @@ class _Model:
         self.granter = VecCreditGranter(S, self.cap, self.ack_cfg) if mode == "ack" else None
         if self.granter is not None:  # receivers learn of the senders from their HELLO
             self.granter.on_sender(np.ones((S, N), np.bool_), np.zeros((S, N), np.int64), 0.0)
-        # feedback in flight
-        self.levels_desc = sorted(p.nak.levels, reverse=True)
-        self.nak_ring = np.zeros((self.ring, len(self.levels_desc)), np.int64)  # at senders
-        self.nak_fill = np.zeros((self.ring, len(self.levels_desc)))  # ... highest fill
-        self.heard_ring = np.zeros((self.ring, N), np.int64)  # level overheard by receivers
-        self.credit_ring: dict[int, list[tuple[int, IntArray, IntArray]]] = {}
-        self.naks_at_sender = {lv: 0 for lv in self.levels_desc}
-        self.credits_at_sender = 0
-        self.feedback_frames = 0
+        self.fb = _InFlight(d, self.ring, sorted(p.nak.levels, reverse=True))
         # traces
         self.trace_every = max(1, round(p.trace_every_s / p.step_s))
         self.tr: dict[str, list[Any]] = {"t": [], "rate_limit": [], "credit": [], "sent": [],
@@ -250,12 +319,12 @@ class _Model:
                 next_progress = k + max(1, self.steps // 50)
         if progress is not None:
             progress(1.0)
-        return self.result(time.perf_counter() - wall0)
+        return _summary(self, time.perf_counter() - wall0)
 
     def step(self, k: int) -> None:
         now = k * self.p.step_s
-        self.hear_naks(k, now)
-        self.hear_credits(k, now)
+        self.fb.hear_naks(k, now, self.flows)
+        self.fb.hear_credits(k, now, self.flows, self.names)
         self.send(k, now)
         arr = self.arrivals(k, now)
         over = self.enqueue(arr, now) if arr.any() else None
@@ -268,29 +337,6 @@ class _Model:
             self.sample(now)
 
     # -- senders ---------------------------------------------------------------------------
-    def hear_naks(self, k: int, now: float) -> None:
-        row, fills = self.nak_ring[k % self.ring], self.nak_fill[k % self.ring]
-        if not row.any():
-            return
-        for j, lv in enumerate(self.levels_desc):  # strongest first, as a window would
-            for _ in range(int(row[j])):
-                self.naks_at_sender[lv] += 1
-                for f in self.flows:
-                    assert isinstance(f, NakFlow)
-                    f.controller.on_nak(lv, now=now, fill=float(fills[j]))
-        self.feedback_frames += int(row.sum())
-        row[:] = 0
-        fills[:] = 0.0
-
-    def hear_credits(self, k: int, now: float) -> None:
-        for s, who, lim in self.credit_ring.pop(k, ()):
-            flow = self.flows[s]
-            assert isinstance(flow, AckFlow)
-            for i, limit in zip(who.tolist(), lim.tolist(), strict=True):
-                flow.ledger.on_credit(self.names[i], limit, now=now)
-            self.credits_at_sender += len(who)
-            self.feedback_frames += len(who)
-
     def send(self, k: int, now: float) -> None:
         p, slot = self.p, k % self.ring
         for s, flow in enumerate(self.flows):
@@ -387,9 +433,9 @@ class _Model:
 
     # -- feedback --------------------------------------------------------------------------
     def emit_naks(self, k: int, now: float, over: IntArray | None) -> None:
-        fill, qtot, slot = self.fill, self.qtot, k % self.ring
+        fill, qtot = self.fill, self.qtot
         assert fill is not None
-        heard = self.heard_ring[slot]
+        heard = self.fb.heard_ring[k % self.ring]
         if heard.any():
             fill.on_heard(heard, now)
             heard[:] = 0
@@ -397,46 +443,14 @@ class _Model:
         seen = qtot if over is None else np.where(over > 0, self.cap, qtot)
         levels = fill.update(seen, now, self.reading if self.p.dead or self.d.pausing.any()
                              else None)
-        if not levels.any():
-            return
-        em = np.flatnonzero(levels)
-        lvl = levels[em]
-        for j, lv in enumerate(self.levels_desc):
-            mine = em[lvl == lv]
-            if mine.size:
-                at = (k + self.d.fb_delay[mine]) % self.ring
-                np.add.at(self.nak_ring, (at, j), 1)
-                np.maximum.at(self.nak_fill, (at, j), 100.0 * qtot[mine] / self.cap[mine])
-                self.overhear(k, mine, lv)
-
-    def overhear(self, k: int, mine: IntArray, lv: int) -> None:
-        """The nearest emitter's NAK reaches receiver i after delay[emitter] + delay[i];
-        the emitter itself hears the next nearest."""
-        delay = self.d.delay
-        order = mine[np.argsort(delay[mine], kind="stable")[:2]]
-        via = np.full(self.p.receivers, delay[order[0]])
-        if order.size > 1:
-            via[order[0]] = delay[order[1]]
-        hear_at = (k + np.maximum(1, via + delay)) % self.ring
-        mask = np.ones(self.p.receivers, np.bool_)
-        if order.size == 1:
-            mask[order[0]] = False
-        rows, cols = hear_at[mask], np.flatnonzero(mask)
-        self.heard_ring[rows, cols] = np.maximum(self.heard_ring[rows, cols], lv)
+        if levels.any():
+            self.fb.post_naks(k, levels, 100.0 * qtot / self.cap)
 
     def emit_credits(self, k: int, now: float) -> None:
         assert self.granter is not None
         due, limit = self.granter.poll(now, self.reading)
-        if not due.any():
-            return
-        for s in range(self.p.senders):
-            who = np.flatnonzero(due[s])
-            if not who.size:
-                continue
-            at = k + self.d.fb_delay[who]
-            for a in np.unique(at).tolist():
-                sel = who[at == a]
-                self.credit_ring.setdefault(int(a), []).append((s, sel, limit[s, sel]))
+        if due.any():
+            self.fb.post_credits(k, due, limit)
 
     # -- results ---------------------------------------------------------------------------
     def sample(self, now: float) -> None:
@@ -451,48 +465,50 @@ class _Model:
         self.tr_q.append(self.qtot[self.watch].tolist())
         self.tr_c.append(self.consumed[self.watch].tolist())
 
-    def result(self, wall_s: float) -> dict[str, Any]:
-        p, d, fill, names = self.p, self.d, self.fill, self.names
-        duration = self.steps * p.step_s
-        goodput = self.consumed / duration
-        alive_end = d.death > self.steps - 1
-        normal = ~self.faulted
-        trace: dict[str, Any] = dict(self.tr)
-        trace.update(watch_traces(names, self.watch, self.tr_q, self.tr_c))
-        fault_t = fault_time(p)
-        sent = int(self.sent.sum())
-        return {
-            "mode": self.mode,
-            "seed": self.seed,
-            "params": p.scalars(),
-            "duration_s": duration,
-            "goodput": goodput_summary(goodput, alive_end, normal),
-            "receivers": [{"id": names[i], "role": str(d.roles[i]),
-                           "consume_rate": float(d.rate[i]), "rtt_s": float(d.rtt[i]),
-                           "goodput": round(float(goodput[i]), 1),
-                           "delivered": int(self.consumed[i]), "dropped": int(self.dropped[i]),
-                           "lost": int(self.lost[i]), "queue_peak": int(self.qpeak[i])}
-                          for i in self.watch],
-            "delivered": int(self.consumed.sum()),
-            "dropped": int(self.dropped.sum()),
-            "dropped_normal": int(self.dropped[normal].sum()),
-            "unrepaired": int(self.dropped[alive_end].sum()),  # the model does not repair
-            "lost": int(self.lost.sum()),
-            "queue_peak": int(self.qpeak.max()),
-            "sent": sent,
-            "send_rate": round(sent / duration, 1),
-            "feedback_per_s_at_sender": round(self.feedback_frames / p.senders / duration, 2),
-            "naks_at_sender": {str(k): v for k, v in self.naks_at_sender.items()},
-            "credits_at_sender": self.credits_at_sender,
-            "naks_suppressed": 0 if fill is None else fill.suppressed,
-            "naks_predicted": 0 if fill is None else fill.predicted,
-            "source_backlog_peak": self.backlog_peak,
-            "recovery_s": recovery_time(self.tr, fault_t, p),
-            "fault_t": fault_t,
-            "sender": self.flows[0].snapshot(),
-            "trace": trace,
-            "wall_s": round(wall_s, 3),
-        }
+
+def _summary(m: _Model, wall_s: float) -> dict[str, Any]:
+    """A run's metrics and traces, JSON-ready."""
+    p, d, fill, names, fb = m.p, m.d, m.fill, m.names, m.fb
+    duration = m.steps * p.step_s
+    goodput = m.consumed / duration
+    alive_end = d.death > m.steps - 1
+    normal = ~m.faulted
+    trace: dict[str, Any] = dict(m.tr)
+    trace.update(watch_traces(names, m.watch, m.tr_q, m.tr_c))
+    fault_t = fault_time(p)
+    sent = int(m.sent.sum())
+    return {
+        "mode": m.mode,
+        "seed": m.seed,
+        "params": p.scalars(),
+        "duration_s": duration,
+        "goodput": goodput_summary(goodput, alive_end, normal),
+        "receivers": [{"id": names[i], "role": str(d.roles[i]),
+                       "consume_rate": float(d.rate[i]), "rtt_s": float(d.rtt[i]),
+                       "goodput": round(float(goodput[i]), 1),
+                       "delivered": int(m.consumed[i]), "dropped": int(m.dropped[i]),
+                       "lost": int(m.lost[i]), "queue_peak": int(m.qpeak[i])}
+                      for i in m.watch],
+        "delivered": int(m.consumed.sum()),
+        "dropped": int(m.dropped.sum()),
+        "dropped_normal": int(m.dropped[normal].sum()),
+        "unrepaired": int(m.dropped[alive_end].sum()),  # the model does not repair
+        "lost": int(m.lost.sum()),
+        "queue_peak": int(m.qpeak.max()),
+        "sent": sent,
+        "send_rate": round(sent / duration, 1),
+        "feedback_per_s_at_sender": round(fb.frames / p.senders / duration, 2),
+        "naks_at_sender": {str(k): v for k, v in fb.naks_at_sender.items()},
+        "credits_at_sender": fb.credits_at_sender,
+        "naks_suppressed": 0 if fill is None else fill.suppressed,
+        "naks_predicted": 0 if fill is None else fill.predicted,
+        "source_backlog_peak": m.backlog_peak,
+        "recovery_s": recovery_time(m.tr, fault_t, p),
+        "fault_t": fault_t,
+        "sender": m.flows[0].snapshot(),
+        "trace": trace,
+        "wall_s": round(wall_s, 3),
+    }
 
 
 def simulate(params: SimParams, mode: str, *, seed: int = 0,

@@ -230,7 +230,7 @@ def test_a_signal_between_taking_a_chunk_and_sinking_it_waits_for_the_hand_over(
     chunk from the queue and writing it to the sink, and that chunk (2 of 4,000 messages
     at --consume-rate 1000) never reached the file. Inside ``signals_held`` the signal
     waits for the hand-over; a second one raises at once."""
-    from nakflow._commands import Interrupted, _raise_interrupted, signals_held
+    from nakflow._commands import Interrupted, _Held, _raise_interrupted, signals_held
 
     old = signal.signal(signal.SIGINT, _raise_interrupted)
     try:
@@ -245,8 +245,6 @@ def test_a_signal_between_taking_a_chunk_and_sinking_it_waits_for_the_hand_over(
             signal.raise_signal(signal.SIGINT)  # insists: raises at once
             done.append("never")
         assert done == ["taken", "handed over"]
-        from nakflow._commands import _Held
-
         assert _Held.pending is None and _Held.depth == 0
     finally:
         signal.signal(signal.SIGINT, old)
