@@ -333,9 +333,13 @@ class DelayMonitor:
             first = self.delay_fill[-1][0]
             worst = 0.0
             for sender, (lowest, lowest_path) in win.items():
-                if sender not in last:
-                    continue  # followed from its second window on: a stream, not a stray
                 q = self._queueing(sender, lowest, lowest_path, now)
+                if sender not in last:
+                    # judged from its second window on (a stream, not a stray), but its
+                    # first frames set the base: they are the least queued a stream
+                    # starting into a slow link will ever be (from the second window on,
+                    # the lab's link was already 200 ms behind a 5,000 msgs/s start)
+                    continue
                 if q >= first:
                     self._congested[sender] = (q, now)
                 else:

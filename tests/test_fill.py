@@ -203,6 +203,23 @@ def test_queueing_delay_counts_as_fill_and_clock_offsets_cancel():
     assert m.observe(now=t + 0.18) == 0.0
 
 
+def test_a_streams_first_frames_set_the_delay_base():
+    """A sender starting faster than a slow link: its first window's frames are the least
+    queued it will ever send, so the queue the second window shows is judged against
+    them (before, the base came from the second window: the queue already 200 ms deep
+    counted as none, and the lab's first NAK came a window later)."""
+    from nakflow._fill import DelayMonitor
+
+    m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
+    m.on_delay("a", 0.002)
+    m.on_delay("a", 0.060)
+    assert m.observe(now=0.05) == 0.0  # one window is no stream yet
+    m.on_delay("a", 0.150)  # the link's queue grows
+    m.on_delay("a", 0.210)
+    assert m.observe(now=0.10) == pytest.approx(0.8076)  # 148 ms: 0.75 .. 0.87
+    assert m.queueing_s == pytest.approx(0.148)
+
+
 def test_a_congested_sender_falling_silent_counts_as_more_congestion_for_a_while():
     """A multicast repair holding everything behind a lost packet, or a link dropping
     all: the frames stop. Silence from a path that was queueing is not an empty path."""

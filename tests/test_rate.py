@@ -184,6 +184,26 @@ def test_w_comes_from_where_the_episode_began_not_from_its_repeats():
     assert ctrl.snapshot()["last_cut_base"] == pytest.approx(10_000 * (1 + 0.25) / 2)
 
 
+def test_after_a_drain_the_limit_resumes_just_under_the_rate_the_receiver_reported():
+    """A full queue (or path) drains at a deep cut; once no NAK came for quiet_s, the
+    limit goes back to the lowest level's share of what the receiver said it takes, not
+    along the curve from the drain's rate (the lab's link sat at half its rate for 2.5 s
+    after each drain). Holds while it drains carry the receiver's later reports."""
+    cfg = NakConfig(initial_rate_msgs=4_000)
+    ctrl = NakRateController(cfg)
+    assert ctrl.on_nak(100, now=0.0, fill=100.0, rate=2_000.0) is True
+    assert ctrl.rate(now=0.0) == pytest.approx(2_000 * 0.75)  # drain at 3/4 of it
+    assert ctrl.on_nak(100, now=0.05, fill=100.0, rate=2_400.0) is False  # held ...
+    assert ctrl.snapshot()["last_cut_base"] == pytest.approx(2_400)  # ... its report is W
+    assert ctrl.rate(now=0.149) == pytest.approx(2_000 * 0.75)  # still draining
+    resumed = ctrl.rate(now=0.151)  # quiet_s without a NAK: the backlog is gone
+    assert resumed == pytest.approx(2_400 * cfg.rate_shares[50], rel=0.01)
+    assert ctrl.rate(now=2.0) > 2_400  # then the curve probes above it
+    plain = NakRateController(cfg)  # a NAK without a rate: the curve from the cut
+    plain.on_nak(100, now=0.0, fill=100.0)
+    assert plain.rate(now=0.151) < 0.6 * resumed
+
+
 def test_min_rate_floors_every_cut():
     cfg = NakConfig(initial_rate_msgs=1_000, min_rate_msgs=100, hold_s=0)
     ctrl = NakRateController(cfg)
