@@ -40,6 +40,8 @@ def test_dead_receiver_stalls_until_evicted_after_timeout():
         led.on_credit("live", int(10 + t * 100), now=t)
         assert led.sendable(now=t) == 0  # the dead one governs
     assert led.next_deadline() == pytest.approx(5.0)
+    assert led.sendable(now=5.0) == 0  # due, but evicted (and reported) on the timer only
+    assert led.expire(now=5.0) == [("dead", "evicted")]
     assert led.sendable(now=5.0) == 500 - 10  # dead evicted: the live one alone governs
     assert led.evicted == 1 and led.receivers == ["live"]
 
@@ -87,6 +89,7 @@ def test_never_more_sent_than_the_slowest_live_receiver_granted(script):
             granted.pop(op[1], None)
         elif op[0] == "tick":
             now += op[1]
+            led.expire(now=now)  # the driver's timer: evictions happen (and are told) there
         else:
             live = {r: g for r, g in granted.items() if now - seen[r] < 2.0}
             n = min(op[1], led.sendable(now=now))
@@ -304,7 +307,8 @@ def test_a_heard_receiver_that_never_grants_is_evicted_and_does_not_rejoin_by_he
     ledger.on_presence("mute", now=0.0)
     assert ledger.sendable(now=0.5) == 0
     ledger.on_credit("a", 100, now=0.9)  # a stays alive
-    assert ledger.sendable(now=1.01) == 100  # mute evicted after receiver_timeout_s
+    assert ledger.expire(now=1.01) == [("mute", "evicted")]  # after receiver_timeout_s
+    assert ledger.sendable(now=1.01) == 100
     ledger.on_presence("mute", now=1.1)  # its HELLOs do not stall the sender again
     assert ledger.sendable(now=1.2) == 100
     ledger.on_credit("mute", 50, now=1.3)  # a credit re-joins it
@@ -320,7 +324,8 @@ def test_a_granting_receiver_restarted_after_eviction_rejoins_by_hello_with_no_c
     ledger.on_credit("r2", 1_000, now=0.0)
     ledger.on_presence("mute", now=0.0)
     ledger.on_credit("a", 1_000, now=0.9)
-    assert ledger.sendable(now=1.05) == 1_000  # r2 and mute evicted
+    assert sorted(ledger.expire(now=1.05)) == [("mute", "evicted"), ("r2", "evicted")]
+    assert ledger.sendable(now=1.05) == 1_000
     ledger.on_presence("r2", now=1.5)  # restarted
     ledger.on_presence("mute", now=1.5)
     assert ledger.sendable(now=1.6) == 0
