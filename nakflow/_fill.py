@@ -333,13 +333,14 @@ class DelayMonitor:
             first = self.delay_fill[-1][0]
             worst = 0.0
             for sender, (lowest, lowest_path) in win.items():
-                q = self._queueing(sender, lowest, lowest_path, now)
-                if sender not in last:
-                    # judged from its second window on (a stream, not a stray), but its
-                    # first frames set the base: they are the least queued a stream
-                    # starting into a slow link will ever be (from the second window on,
-                    # the lab's link was already 200 ms behind a 5,000 msgs/s start)
-                    continue
+                before = last.get(sender)
+                if before is None:
+                    continue  # followed from its second window on: a stream, not a stray
+                # ... but its first window counts for the base: its first frames are the
+                # least queued a stream starting into a slow link will ever be (by the
+                # second window the lab's link was already 200 ms behind a 5,000 msgs/s
+                # start, and that queue counted as none)
+                q = self._queueing(sender, min(lowest, before[0]), lowest_path, now)
                 if q >= first:
                     self._congested[sender] = (q, now)
                 else:
@@ -361,6 +362,8 @@ class DelayMonitor:
         return self.fill
 
     def _queueing(self, sender: str, lowest: float, lowest_path: float, now: float) -> float:
+        """The path's queueing of ``sender`` this window (``lowest_path`` over the base);
+        ``lowest`` goes into the base."""
         buckets = self._base.pop(sender, None) or []
         self._base[sender] = buckets  # (re)inserted last: the most recently heard
         if len(self._base) > DELAY_SENDERS:

@@ -107,6 +107,7 @@ class NakRateController:
         self._window_level = 0
         self._cut_level = 0
         self._cut_fill: float | None = None
+        self._cut_source: str | None = None  # the receiver whose NAK made the last cut
         self._episode = False  # between a cut and the next increase
         self._episode_base = start
         self._episode_level = 0
@@ -174,7 +175,7 @@ class NakRateController:
         return factor_level
 
     def on_nak(self, level: int, *, now: float, fill: float | None = None,
-               rate: float = 0.0) -> bool:
+               rate: float = 0.0, source: str | None = None) -> bool:
         """Apply a NAK of ``level`` percent heard at ``now``. True if it cut the limit.
 
         ``fill`` (the exact percent the NAK reports) lets a repeat tell a draining
@@ -182,7 +183,9 @@ class NakRateController:
         cut cuts again only if its fill is at least the fill that caused that cut.
         ``rate`` (what the receiver reports it can take, msgs/s; 0: not said) bounds the
         cut from below at ``rate_shares[level]`` of it, and the curve's plateau W from
-        above: the limit settles just under the receiver's capacity.
+        above: the limit settles just under the receiver's capacity. ``source`` (the
+        receiver that sent it, if known): only the receiver of the last cut moves the
+        plateau with a NAK that holds the limit.
         """
         now = max(now, self._last_now)
         self._last_now = now
@@ -194,16 +197,16 @@ class NakRateController:
         in_window = now < self._window_start + cfg.window_s
         if in_window:
             if self._cut_to(factor_level, self._window_base, rate) >= current:
-                return self._hold(now, current, rate)  # no deeper than the window's cut
+                return self._hold(now, current, rate, source)  # no deeper than the cut
             # a stronger NAK in the same window: deepen the cut, same base
             self._cut(max(factor_level, self._window_level), self._window_base, now, rate)
-            self._cut_fill = fill
+            self._cut_fill, self._cut_source = fill, source
             return True
         if factor_level <= self._cut_level and (
                 now < self._hold_until
                 or (self._episode and fill is not None and self._cut_fill is not None
                     and fill < self._cut_fill)):
-            return self._hold(now, current, rate)  # held, or draining since the cut
+            return self._hold(now, current, rate, source)  # held, or draining
         base = current
         measured = self._meter.current(now)
         if measured is not None and measured < base:
@@ -212,11 +215,11 @@ class NakRateController:
             # the receiver takes more than is sent now (the floor of its reported rate):
             # a queue that is still draining, not news; cutting "to the base" would only
             # shave the meter's error off the limit each time (a slow spiral)
-            return self._hold(now, current, rate)
+            return self._hold(now, current, rate, source)
         self._window_start = now
         self._window_base = base
         self._cut(factor_level, base, now, rate)
-        self._cut_fill = fill
+        self._cut_fill, self._cut_source = fill, source
         return True
 
     def restore(self, rate: float, *, now: float) -> None:
@@ -267,13 +270,14 @@ class NakRateController:
         self._w = min(max(w, new_rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
         self._set_origin(min(new_rate, self._w), now)
 
-    def _hold(self, now: float, current: float, rate: float) -> bool:
-        """A NAK that only keeps the limit where it is. A rate it reports is the plateau
-        from now on: while a backlog drains, the receiver's later reports (a path that
-        delivers its full rate again after a stall, a consumer measured longer) are
-        better than the one at the cut."""
+    def _hold(self, now: float, current: float, rate: float, source: str | None) -> bool:
+        """A NAK that only keeps the limit where it is. A rate that the receiver of the
+        last cut reports is the plateau from now on: while its backlog drains, its later
+        reports (a path that delivers its full rate again after a stall, a consumer
+        measured longer) are better than the one at the cut. Another receiver's rate says
+        nothing of what this one takes (a fast one's would lift the plateau above it)."""
         self.holds += 1
-        if rate > 0:
+        if rate > 0 and source == self._cut_source:
             cfg = self.config
             self._w = min(max(rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
             self._w_reported = True

@@ -190,7 +190,8 @@ class NakFlow(SenderFlow):
                     ctl.restore(point, now=now)
                 return
             cuts, holds, before = ctl.cuts, ctl.holds, ctl.rate(now=now)
-            ctl.on_nak(frame.level, now=now, fill=frame.fill, rate=frame.rate)
+            ctl.on_nak(frame.level, now=now, fill=frame.fill, rate=frame.rate,
+                       source=frame.receiver)
             signal = SIGNALS.get(frame.signal, "unknown")
             if ctl.cuts > cuts:
                 self.attribution.cut(now, signal, frame.receiver, frame.level,

@@ -344,6 +344,9 @@ class _Model:
             want = int(phys)
             if self.sourced:
                 want = min(want, self.produce(s, now))
+            due = flow.next_deadline()
+            if due is not None and due <= now:  # the policy's timer, as a driver runs it
+                flow.on_timer(now=now)  # (ack: evictions)
             n = flow.admit_up_to(want, now=now) if want else 0
             if self.sourced:
                 self.backlog[s] -= n

@@ -204,6 +204,19 @@ def test_after_a_drain_the_limit_resumes_just_under_the_rate_the_receiver_report
     assert plain.rate(now=0.151) < 0.6 * resumed
 
 
+def test_only_the_receiver_of_the_last_cut_moves_the_plateau_with_a_hold():
+    """Another receiver's NAK that only holds the limit (a fast one that was descheduled
+    a moment) says nothing of what the slow one takes: its rate must not lift W, or the
+    limit would resume at the fast one's rate after the drain."""
+    ctrl = NakRateController(NakConfig(initial_rate_msgs=4_000))
+    assert ctrl.on_nak(100, now=0.0, fill=100.0, rate=2_000.0, source="slow") is True
+    assert ctrl.on_nak(50, now=0.05, fill=55.0, rate=10_000.0, source="fast") is False
+    assert ctrl.snapshot()["last_cut_base"] == pytest.approx(2_000)
+    assert ctrl.on_nak(100, now=0.06, fill=100.0, rate=2_400.0, source="slow") is False
+    assert ctrl.snapshot()["last_cut_base"] == pytest.approx(2_400)
+    assert ctrl.rate(now=0.17) < 2_400  # resumed under the slow one's rate
+
+
 def test_min_rate_floors_every_cut():
     cfg = NakConfig(initial_rate_msgs=1_000, min_rate_msgs=100, hold_s=0)
     ctrl = NakRateController(cfg)
