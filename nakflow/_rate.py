@@ -31,6 +31,39 @@ def recovery_bound_s(cfg: NakConfig) -> float:
     return max(cubic, cfg.quiet_s + ramp_steps * cfg.step_s)
 
 
+def cut_to(cfg: NakConfig, level: int, base: float, rate: float) -> float:
+    """The limit a NAK of ``level`` asks for from ``base``: ``base * cut_factor``, but no
+    lower than ``rate_shares`` of a reported ``rate`` (and never above ``base``)."""
+    cut = base * cfg.cut_factors[level]
+    share = cfg.rate_shares.get(level)
+    if rate > 0 and share is not None:
+        cut = min(base, max(cut, rate * share))
+    return max(cut, cfg.min_rate_msgs)
+
+
+def probe_rate(cfg: NakConfig, rtt_s: float | None, steps: int, w: float, k: float,
+               r0: float) -> float | None:
+    """The probe's rate ``steps`` steps into a quiet spell (None: not probing) on the
+    curve of plateau ``w``, K ``k`` and origin ``r0``. It starts once no NAK came for
+    probe_after_s and probe_rtts RTTs, and grows by probe_factor once per step or per
+    RTT, whichever is longer: an overshoot shows within an RTT."""
+    if cfg.probe_after_s is None or rtt_s is None:
+        return None
+    wait = max(cfg.probe_after_s, cfg.probe_rtts * rtt_s) - cfg.quiet_s
+    probe_from = max(0, math.ceil(wait / cfg.step_s - 1e-9))
+    if steps <= probe_from:
+        return None
+    per = max(1, math.ceil(rtt_s / cfg.step_s - 1e-9))  # steps per growth
+    base = max(cubic(cfg, w, k, probe_from), r0)
+    return float(base * cfg.probe_factor ** min((steps - probe_from + per - 1) // per, 10_000))
+
+
+def cubic(cfg: NakConfig, w: float, k: float, steps: int) -> float:
+    """CUBIC's curve ``steps`` steps into a quiet spell: W + c*W*(t-K)^3."""
+    t = steps * cfg.step_s
+    return w + cfg.cubic_c * w * (t - k) ** 3
+
+
 class RateMeter:
     """The send rate over fixed periods of ``period_s``: ``on_sent`` counts, ``rate``
     is the last complete period's figure, ``current`` that or the running period's once
@@ -97,7 +130,7 @@ class NakRateController:
         self._resume_share = cfg.rate_shares.get(self._levels_desc[-1], 0.0)
         start = cfg.start_rate_msgs
         self._w = start  # rate at which the last cut came
-        self._w_reported = False  # W is a rate a receiver reported (it can take that)
+        self._resume = False  # W is a path's reported rate: resume near it once quiet
         self._r0 = start  # rate right after the last cut (the curve's origin)
         self._k = 0.0  # CUBIC K: time from origin to W, s
         self._quiet_from: float | None = None  # last NAK (or first use), s
@@ -175,7 +208,7 @@ class NakRateController:
         return factor_level
 
     def on_nak(self, level: int, *, now: float, fill: float | None = None,
-               rate: float = 0.0, source: str | None = None) -> bool:
+               rate: float = 0.0, source: str | None = None, path: bool = False) -> bool:
         """Apply a NAK of ``level`` percent heard at ``now``. True if it cut the limit.
 
         ``fill`` (the exact percent the NAK reports) lets a repeat tell a draining
@@ -185,7 +218,9 @@ class NakRateController:
         cut from below at ``rate_shares[level]`` of it, and the curve's plateau W from
         above: the limit settles just under the receiver's capacity. ``source`` (the
         receiver that sent it, if known): only the receiver of the last cut moves the
-        plateau with a NAK that holds the limit.
+        plateau with a NAK that holds the limit. ``path``: the NAK is about the path
+        (queueing delay, loss, silence), whose quiet afterwards means its queue drained,
+        so the limit may resume just under a reported rate at once.
         """
         now = max(now, self._last_now)
         self._last_now = now
@@ -196,29 +231,30 @@ class NakRateController:
         cfg = self.config
         in_window = now < self._window_start + cfg.window_s
         if in_window:
-            if self._cut_to(factor_level, self._window_base, rate) >= current:
-                return self._hold(now, current, rate, source)  # no deeper than the cut
+            if cut_to(self.config, factor_level, self._window_base, rate) >= current:
+                return self._hold(now, current, rate, source, path)  # no deeper than the cut
             # a stronger NAK in the same window: deepen the cut, same base
-            self._cut(max(factor_level, self._window_level), self._window_base, now, rate)
+            self._cut(max(factor_level, self._window_level), self._window_base, now, rate,
+                      path)
             self._cut_fill, self._cut_source = fill, source
             return True
         if factor_level <= self._cut_level and (
                 now < self._hold_until
                 or (self._episode and fill is not None and self._cut_fill is not None
                     and fill < self._cut_fill)):
-            return self._hold(now, current, rate, source)  # held, or draining
+            return self._hold(now, current, rate, source, path)  # held, or draining
         base = current
         measured = self._meter.current(now)
         if measured is not None and measured < base:
             base = max(measured, cfg.min_rate_msgs)
-        if self._cut_to(factor_level, base, rate) >= base:
+        if cut_to(self.config, factor_level, base, rate) >= base:
             # the receiver takes more than is sent now (the floor of its reported rate):
             # a queue that is still draining, not news; cutting "to the base" would only
             # shave the meter's error off the limit each time (a slow spiral)
-            return self._hold(now, current, rate, source)
+            return self._hold(now, current, rate, source, path)
         self._window_start = now
         self._window_base = base
-        self._cut(factor_level, base, now, rate)
+        self._cut(factor_level, base, now, rate, path)
         self._cut_fill, self._cut_source = fill, source
         return True
 
@@ -234,17 +270,8 @@ class NakRateController:
             self._set_origin(rate, now)
 
     # -- internals -----------------------------------------------------------
-    def _cut_to(self, level: int, base: float, rate: float) -> float:
-        """The limit a NAK of ``level`` asks for from ``base``: ``base * cut_factor``, but
-        no lower than ``rate_shares`` of a reported ``rate`` (and never above ``base``)."""
-        cfg = self.config
-        cut = base * cfg.cut_factors[level]
-        share = cfg.rate_shares.get(level)
-        if rate > 0 and share is not None:
-            cut = min(base, max(cut, rate * share))
-        return max(cut, cfg.min_rate_msgs)
-
-    def _cut(self, level: int, base: float, now: float, rate: float = 0.0) -> None:
+    def _cut(self, level: int, base: float, now: float, rate: float = 0.0,
+             path: bool = False) -> None:
         cfg = self.config
         self.cuts += 1
         self._slow_start = False
@@ -263,14 +290,15 @@ class NakRateController:
         # Repeats within the episode do not drag W down with them.
         deepest = cfg.cut_factors[self._episode_level]
         w = self._episode_base * (1.0 + deepest) / 2.0
-        self._w_reported = rate > 0
+        self._resume = rate > 0 and path
         if rate > 0:  # the receiver said what it takes: the plateau is there (a rate
             w = rate  # already below it, after a drain, resumes just under it)
-        new_rate = self._cut_to(level, base, rate)
+        new_rate = cut_to(self.config, level, base, rate)
         self._w = min(max(w, new_rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
         self._set_origin(min(new_rate, self._w), now)
 
-    def _hold(self, now: float, current: float, rate: float, source: str | None) -> bool:
+    def _hold(self, now: float, current: float, rate: float, source: str | None,
+              path: bool) -> bool:
         """A NAK that only keeps the limit where it is. A rate that the receiver of the
         last cut reports is the plateau from now on: while its backlog drains, its later
         reports (a path that delivers its full rate again after a stall, a consumer
@@ -280,12 +308,9 @@ class NakRateController:
         if rate > 0 and source == self._cut_source:
             cfg = self.config
             self._w = min(max(rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
-            self._w_reported = True
-        self._block_increase(now, current)
+            self._resume = path
+        self._set_origin(current, now)  # no increase for now
         return False
-
-    def _block_increase(self, now: float, current: float) -> None:
-        self._set_origin(current, now)
 
     def ramp_step_s(self) -> float:
         """How often slow start grows the limit, s: ``step_s``, or ``ramp_rtts`` round
@@ -335,15 +360,18 @@ class NakRateController:
             return
         steps = math.floor(elapsed / cfg.step_s) + 1
         self._episode = False  # quiet long enough: the next NAK begins a new episode
-        if self._w_reported and (resume := self._resume_share * self._w) > self._r0:
-            # the backlog drained (no NAK for quiet_s) and a receiver said it takes W:
-            # resume just under W at once, the curve's plateau near, rather than climb
-            # from the drain's rate (the lab's bottleneck receiver got 440-500 of its
-            # link's 950 msgs/s for 2.5 s after each drain)
+        if self._resume and (resume := self._resume_share * self._w) > self._r0:
+            # the path's queue drained (no NAK for quiet_s) and it carries W: resume just
+            # under W at once, the curve's plateau near, rather than climb from the
+            # drain's rate (the lab's bottleneck receiver got 440-500 of its link's 950
+            # msgs/s for 2.5 s after each drain). Not after a queue's NAKs: quiet there
+            # only means the queue is below its first level, and a consumer back from a
+            # pause needs the curve's spare rate to catch up within the history
+            # (simulated gc-pauses, 10 receivers: 490 beyond history with the resume)
             self._r0 = resume
             self._k = _cbrt((self._w - resume) / (cfg.cubic_c * self._w))
-        rate = self._cubic(steps)
-        probe = self._probe(steps)
+        rate = cubic(cfg, self._w, self._k, steps)
+        probe = probe_rate(cfg, self.rtt_s, steps, self._w, self._k, self._r0)
         if probe is not None:
             rate = max(rate, probe)
         rate = min(max(rate, self._r0, cfg.min_rate_msgs), cfg.max_rate_msgs)
@@ -352,25 +380,6 @@ class NakRateController:
             self._next_tick = math.inf
         else:
             self._next_tick = self._quiet_from + cfg.quiet_s + steps * cfg.step_s
-
-    def _probe(self, steps: int) -> float | None:
-        """The probe's rate at ``steps`` (None: not probing). It starts once no NAK came
-        for probe_after_s and probe_rtts RTTs, and grows by probe_factor once per step or
-        per RTT, whichever is longer: an overshoot shows within an RTT."""
-        cfg = self.config
-        if cfg.probe_after_s is None or self.rtt_s is None:
-            return None
-        wait = max(cfg.probe_after_s, cfg.probe_rtts * self.rtt_s) - cfg.quiet_s
-        probe_from = max(0, math.ceil(wait / cfg.step_s - 1e-9))
-        if steps <= probe_from:
-            return None
-        per = max(1, math.ceil(self.rtt_s / cfg.step_s - 1e-9))  # steps per growth
-        base = max(self._cubic(probe_from), self._r0)
-        return float(base * cfg.probe_factor ** min((steps - probe_from + per - 1) // per, 10_000))
-
-    def _cubic(self, steps: int) -> float:
-        t = steps * self.config.step_s
-        return self._w + self.config.cubic_c * self._w * (t - self._k) ** 3
 
     def snapshot(self) -> dict[str, Any]:
         """Metrics and state, JSON-ready."""

@@ -35,6 +35,8 @@ from ._rate import NakRateController, recovery_bound_s
 from ._signals import NEWS, NOT_NEWS, PAUSE
 
 PAUSED = SIGNAL_CODES["paused"]
+#: NAK signals about the path rather than the receiver's queue.
+PATH_SIGNALS = frozenset({"delay", "loss", "silence"})
 
 #: Asked at ``now``: is a NAK news (NEWS), is the receiver catching up (NOT_NEWS), or has
 #: its consumer paused (PAUSE)?
@@ -190,9 +192,9 @@ class NakFlow(SenderFlow):
                     ctl.restore(point, now=now)
                 return
             cuts, holds, before = ctl.cuts, ctl.holds, ctl.rate(now=now)
-            ctl.on_nak(frame.level, now=now, fill=frame.fill, rate=frame.rate,
-                       source=frame.receiver)
             signal = SIGNALS.get(frame.signal, "unknown")
+            ctl.on_nak(frame.level, now=now, fill=frame.fill, rate=frame.rate,
+                       source=frame.receiver, path=signal in PATH_SIGNALS)
             if ctl.cuts > cuts:
                 self.attribution.cut(now, signal, frame.receiver, frame.level,
                                      ctl.rate(now=now), before)

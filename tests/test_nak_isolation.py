@@ -105,10 +105,7 @@ def test_a_nak_with_a_rate_cuts_to_just_under_it():
     low = NakRateController(NakConfig(initial_rate_msgs=100_000))
     low.on_nak(50, now=0.0, rate=500_000.0)  # a rate above the base never raises it
     assert low.rate(now=0.0) == pytest.approx(100_000)
-    assert ctl.snapshot()["last_cut_base"] == pytest.approx(60_000)  # the plateau W
-    # once quiet (the queue drained), the limit resumes just under W, then the curve
-    assert 60_000 * NakConfig().rate_shares[50] <= ctl.rate(now=0.151) < 60_000
-    assert ctl.rate(now=0.5) <= 60_000 + 1 < ctl.rate(now=2.0)
+    assert 45_000 < ctl.rate(now=1.0) <= 60_000 + 1  # the plateau: the reported rate
 
 
 def test_a_held_up_receivers_own_drops_are_repaired_to_it_alone_within_the_share():

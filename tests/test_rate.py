@@ -188,12 +188,13 @@ def test_after_a_drain_the_limit_resumes_just_under_the_rate_the_receiver_report
     """A full queue (or path) drains at a deep cut; once no NAK came for quiet_s, the
     limit goes back to the lowest level's share of what the receiver said it takes, not
     along the curve from the drain's rate (the lab's link sat at half its rate for 2.5 s
-    after each drain). Holds while it drains carry the receiver's later reports."""
+    after each drain). Holds while it drains carry the receiver's later reports. Only
+    for the path's NAKs (delay, loss, silence): their quiet means its queue drained."""
     cfg = NakConfig(initial_rate_msgs=4_000)
     ctrl = NakRateController(cfg)
-    assert ctrl.on_nak(100, now=0.0, fill=100.0, rate=2_000.0) is True
+    assert ctrl.on_nak(100, now=0.0, fill=100.0, rate=2_000.0, path=True) is True
     assert ctrl.rate(now=0.0) == pytest.approx(2_000 * 0.75)  # drain at 3/4 of it
-    assert ctrl.on_nak(100, now=0.05, fill=100.0, rate=2_400.0) is False  # held ...
+    assert ctrl.on_nak(100, now=0.05, fill=100.0, rate=2_400.0, path=True) is False
     assert ctrl.snapshot()["last_cut_base"] == pytest.approx(2_400)  # ... its report is W
     assert ctrl.rate(now=0.149) == pytest.approx(2_000 * 0.75)  # still draining
     resumed = ctrl.rate(now=0.151)  # quiet_s without a NAK: the backlog is gone
@@ -202,6 +203,10 @@ def test_after_a_drain_the_limit_resumes_just_under_the_rate_the_receiver_report
     plain = NakRateController(cfg)  # a NAK without a rate: the curve from the cut
     plain.on_nak(100, now=0.0, fill=100.0)
     assert plain.rate(now=0.151) < 0.6 * resumed
+    queue = NakRateController(cfg)  # a queue's NAK: quiet only means below its first
+    queue.on_nak(100, now=0.0, fill=100.0, rate=2_000.0)  # level, and a consumer back
+    queue.on_nak(100, now=0.05, fill=100.0, rate=2_400.0)  # from a pause needs spare
+    assert queue.rate(now=0.151) < 0.9 * resumed  # rate to catch up: the curve
 
 
 def test_only_the_receiver_of_the_last_cut_moves_the_plateau_with_a_hold():
@@ -209,10 +214,10 @@ def test_only_the_receiver_of_the_last_cut_moves_the_plateau_with_a_hold():
     a moment) says nothing of what the slow one takes: its rate must not lift W, or the
     limit would resume at the fast one's rate after the drain."""
     ctrl = NakRateController(NakConfig(initial_rate_msgs=4_000))
-    assert ctrl.on_nak(100, now=0.0, fill=100.0, rate=2_000.0, source="slow") is True
-    assert ctrl.on_nak(50, now=0.05, fill=55.0, rate=10_000.0, source="fast") is False
+    assert ctrl.on_nak(100, now=0.0, fill=100.0, rate=2_000.0, source="slow", path=True)
+    assert not ctrl.on_nak(50, now=0.05, fill=55.0, rate=10_000.0, source="fast", path=True)
     assert ctrl.snapshot()["last_cut_base"] == pytest.approx(2_000)
-    assert ctrl.on_nak(100, now=0.06, fill=100.0, rate=2_400.0, source="slow") is False
+    assert not ctrl.on_nak(100, now=0.06, fill=100.0, rate=2_400.0, source="slow", path=True)
     assert ctrl.snapshot()["last_cut_base"] == pytest.approx(2_400)
     assert ctrl.rate(now=0.17) < 2_400  # resumed under the slow one's rate
 
