@@ -292,7 +292,8 @@ class NakRateController:
         w = self._episode_base * (1.0 + deepest) / 2.0
         self._resume = rate > 0 and path
         if rate > 0:  # the receiver said what it takes: the plateau is there (a rate
-            w = rate  # already below it, after a drain, resumes just under it)
+            w = rate  # below it returns to it: at once after the path's drain, see
+            # _evaluate, along the curve after a queue's)
         new_rate = cut_to(self.config, level, base, rate)
         self._w = min(max(w, new_rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
         self._set_origin(min(new_rate, self._w), now)
