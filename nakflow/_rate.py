@@ -231,12 +231,11 @@ class NakRateController:
         cfg = self.config
         in_window = now < self._window_start + cfg.window_s
         if in_window:
-            if cut_to(self.config, factor_level, self._window_base, rate) >= current:
+            if cut_to(cfg, factor_level, self._window_base, rate) >= current:
                 return self._hold(now, current, rate, source, path)  # no deeper than the cut
             # a stronger NAK in the same window: deepen the cut, same base
             self._cut(max(factor_level, self._window_level), self._window_base, now, rate,
-                      path)
-            self._cut_fill, self._cut_source = fill, source
+                      path, fill, source)
             return True
         if factor_level <= self._cut_level and (
                 now < self._hold_until
@@ -247,15 +246,14 @@ class NakRateController:
         measured = self._meter.current(now)
         if measured is not None and measured < base:
             base = max(measured, cfg.min_rate_msgs)
-        if cut_to(self.config, factor_level, base, rate) >= base:
+        if cut_to(cfg, factor_level, base, rate) >= base:
             # the receiver takes more than is sent now (the floor of its reported rate):
             # a queue that is still draining, not news; cutting "to the base" would only
             # shave the meter's error off the limit each time (a slow spiral)
             return self._hold(now, current, rate, source, path)
         self._window_start = now
         self._window_base = base
-        self._cut(factor_level, base, now, rate, path)
-        self._cut_fill, self._cut_source = fill, source
+        self._cut(factor_level, base, now, rate, path, fill, source)
         return True
 
     def restore(self, rate: float, *, now: float) -> None:
@@ -270,10 +268,11 @@ class NakRateController:
             self._set_origin(rate, now)
 
     # -- internals -----------------------------------------------------------
-    def _cut(self, level: int, base: float, now: float, rate: float = 0.0,
-             path: bool = False) -> None:
+    def _cut(self, level: int, base: float, now: float, rate: float, path: bool,
+             fill: float | None, source: str | None) -> None:
         cfg = self.config
         self.cuts += 1
+        self._cut_fill, self._cut_source = fill, source
         self._slow_start = False
         self._window_level = level
         self._cut_level = level
@@ -294,7 +293,7 @@ class NakRateController:
         if rate > 0:  # the receiver said what it takes: the plateau is there (a rate
             w = rate  # below it returns to it: at once after the path's drain, see
             # _evaluate, along the curve after a queue's)
-        new_rate = cut_to(self.config, level, base, rate)
+        new_rate = cut_to(cfg, level, base, rate)
         self._w = min(max(w, new_rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
         self._set_origin(min(new_rate, self._w), now)
 
