@@ -265,6 +265,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
     rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
                   receiver_id=args.id, capacity_msgs=args.capacity, overflow=args.overflow,
                   drop_duplicates=args.drop_duplicates, overhear=args.overhear or (),
+                  max_streams=args.max_streams,
                   options=socket_options(args), shared_key=shared_key(args),
                   repair=repair_config(args), test_data_loss=args.test_drop_data,
                   ack=AckConfig(max_share=args.ack_max_share), nak=nak_config(args))

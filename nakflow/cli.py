@@ -186,6 +186,10 @@ def _receive_parser(sub: Any) -> None:
     r.add_argument("--duration", type=_positive, default=None, metavar="S",
                    help="stop after this long (default: until --senders finished, or "
                         "SIGTERM)")
+    r.add_argument("--max-streams", type=_positive_int, default=10_000, metavar="N",
+                   help="per-stream state kept for at most N (sender, epoch) streams and "
+                        "sender ids; past it the oldest ended, then the least recently "
+                        "heard, is forgotten (bounds memory against made-up ids)")
     r.add_argument("--drop-duplicates", action="store_true",
                    help="deliver a message seen before (a retried Spark task) only once")
     r.add_argument("--no-late-join", action="store_true",
