@@ -44,8 +44,11 @@ def test_benchmark_suite_smoke(tmp_path):
         "nakflow nak", "nakflow nak + shared key", "nakflow nak batch 256",
         "nakflow nak batch 256 + shared key"]
     assert [r["peer"] for r in results["W7"]] == nakflow
-    assert [(r["size"], r["peer"]) for r in results["W8"]] == [
-        (size, f"nakflow {m}") for size in (100, 1024) for m in ("ack", "nak")]
+    w8_counts = sorted({r["count"] for r in results["W8"]})
+    assert len(w8_counts) == 2 and w8_counts[1] == 7 * w8_counts[0]  # short and long
+    assert [(r["count"], r["size"], r["peer"]) for r in results["W8"]] == [
+        (n, size, f"nakflow {m}") for n in w8_counts for size in (100, 1024)
+        for m in ("ack", "nak")]
     assert all(r["missing"] == 0 for r in results["W8"])
     assert all(r["missing"] == 0 for r in results["W7"] if r["peer"] != "nakflow none")
     w2 = {r["peer"]: r for r in results["W2"]}
