@@ -76,13 +76,14 @@ class AsyncReceiver:
                 timer = core.get_timer()
                 wait = IDLE_POLL_S if timer is None else timer - now
                 read = core.wants_data(queue.full) and not core.deliveries()
-                poll_ms = max(0, math.ceil(wait * 1000))
+                poll_ms = lateness.poll_ms(wait, now)
                 lateness.wait_started(now, poll_ms / 1000)
                 events = await pollers[read].poll(poll_ms)
                 ready = {sock for sock, _ in events}
                 now = time.monotonic()
                 core.late(lateness.woke(now), now)
                 if self._adata in ready:
+                    lateness.data_read(now)
                     for buf in drain(self._data, core.read_chunk):
                         core.receive_data(buf, now)
                 if self._hear is not None and self._ahear in ready:

@@ -241,13 +241,14 @@ class Receiver:
                 timer = core.get_timer()
                 timeout = IDLE_POLL_S if timer is None else min(IDLE_POLL_S, timer - now)
                 read = core.wants_data(queue.full) and not core.deliveries()
-                poll_ms = max(0, math.ceil(timeout * 1000))
+                poll_ms = lateness.poll_ms(timeout, now)
                 lateness.wait_started(now, poll_ms / 1000)
                 ready = dict(pollers[read].poll(poll_ms))
                 with self._lock:
                     now = time.monotonic()
                     core.late(lateness.woke(now), now)
                     if self._data in ready:
+                        lateness.data_read(now)
                         self._read_data(now)
                     if self._hear is not None and self._hear in ready:
                         for buf in drain(self._hear, 1000):
