@@ -95,12 +95,12 @@ class DrainMeter:
     I/O thread held the GIL), and they alone would measure 0 msgs/s for the fastest
     consumer (four receiver processes on two cores: every queue NAK said "takes 0", so it
     carried no rate to floor the cut). For such a consumer (nothing taken in the looks
-    that found work left) the rate is measured over every look that found work waiting,
-    whatever was taken: a lower bound, as it counts the time after the queue emptied. Not
-    for the others: a consumer that paces itself (takes 100, sleeps 5 ms) and at times
-    empties the queue would read faster than it is, its sleeps after emptying left out
-    (the async slow-consumer test then overflowed its queue in 3 runs of 10 beside two
-    CPU hogs, 1 of 10 before)."""
+    that found work left behind) the rate is what it took over all the time the process
+    ran: no more than it can take (it kept up), however it takes. Counting only the looks
+    that found work waiting read a consumer that paces itself (takes 100, sleeps 5 ms) as
+    faster than it is while it kept up, its sleeps after emptying the queue left out; the
+    inflated rate then held its NAKs back once the sender outran it (the async
+    slow-consumer test overflowed in two fresh-clone suites)."""
 
     def __init__(self, window_s: float) -> None:
         self.span_s = 4 * window_s  # the rate covers about this long
@@ -108,8 +108,8 @@ class DrainMeter:
         self._took_at = 0.0  # when it last took something
         self._busy_s = 0.0  # work was left behind
         self._busy_msgs = 0
-        self._work_s = 0.0  # work was waiting
-        self._work_msgs = 0
+        self._run_s = 0.0  # the process ran
+        self._run_msgs = 0
         self.rate: float | None = None
 
     def on_consumed(self, delivered: int, depth: int, now: float) -> None:
@@ -122,21 +122,21 @@ class DrainMeter:
         took = delivered - d0
         if took:
             self._took_at = now
-        if depth0 and now - t0 <= ABSENT_S:  # work waited; the process ran
-            self._work_s += now - t0
-            self._work_msgs += took
-            if depth0 > took:  # and it left work behind
+        if now - t0 <= ABSENT_S:  # the process ran
+            self._run_s += now - t0
+            self._run_msgs += took
+            if depth0 > took:  # and the consumer left work behind
                 self._busy_s += now - t0
                 self._busy_msgs += took
         if self._busy_s >= self.span_s:
             measured = self._measured()
             self.rate = measured if self.rate is None else (self.rate + measured) / 2
-            self._busy_s, self._busy_msgs, self._work_s, self._work_msgs = 0.0, 0, 0.0, 0
+            self._busy_s, self._busy_msgs, self._run_s, self._run_msgs = 0.0, 0, 0.0, 0
 
     def _measured(self) -> float:
         if self._busy_msgs:  # it ran with work left behind: its pace (pauses included)
             return self._busy_msgs / self._busy_s
-        return self._work_msgs / self._work_s  # it only ever emptied the queue
+        return self._run_msgs / self._run_s  # it only ever emptied the queue
 
     def provisional(self, min_busy_s: float) -> float | None:
         """What the consumer took while work waited, before ``rate`` is measured: None
@@ -148,7 +148,7 @@ class DrainMeter:
     def restart(self) -> None:
         """Forget the rate: judge the consumer afresh (after a hold-up)."""
         self.rate, self._busy_s, self._busy_msgs = None, 0.0, 0
-        self._work_s, self._work_msgs = 0.0, 0
+        self._run_s, self._run_msgs = 0.0, 0
 
     def away_for(self, now: float) -> float:
         """How long work has waited with nothing taken, s (0: the consumer is there)."""
