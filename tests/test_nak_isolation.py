@@ -186,8 +186,8 @@ def test_a_consumer_that_empties_the_queue_whenever_it_runs_is_measured_at_its_p
     consumer either did not run (work waited, nothing taken) or emptied the queue. Only
     the first kind left work behind, so that alone measured 0 msgs/s for the fastest
     consumer (four receiver processes on two cores: every queue NAK said it takes 0).
-    It takes at least what it emptied over the time work waited; a consumer that leaves
-    work behind at every look is measured as before."""
+    It took what arrived over the time the process ran; a consumer that leaves work
+    behind at every look is measured as before."""
     from nakflow._rates import DrainMeter
 
     meter, now, delivered, depth = DrainMeter(0.05), 0.0, 0, 0
@@ -200,8 +200,8 @@ def test_a_consumer_that_empties_the_queue_whenever_it_runs_is_measured_at_its_p
         depth += 300
         delivered, depth = delivered + depth, 0  # the consumer ran and took everything
         meter.on_consumed(delivered, depth, now)
-    rate = meter.provisional(0.05)  # at least what arrives; at most 900 a look of 1 ms
-    assert rate is not None and 300_000 <= rate <= 900_000, rate
+    rate = meter.provisional(0.05)  # what it took while it ran: what arrived
+    assert rate is not None and 280_000 <= rate <= 300_000, rate
     slow = DrainMeter(0.05)  # a consumer that takes 100 a look of what keeps coming
     now, delivered, depth = 0.0, 0, 0
     while now < 1.0:
