@@ -88,28 +88,14 @@ class DrainMeter:
     waited that it did not take (a consumer that empties the queue shows only the arrival
     rate, not what it could take) and this process ran: between two looks of the I/O
     thread at most ABSENT_S apart. A longer gap means the whole process was descheduled (or
-    stopped): its consumer was no slower for it, and the gap is left out.
-
-    A consumer that empties the queue whenever it runs never leaves work behind while it
-    runs: the looks that find work left are only those between which it did not run (the
-    I/O thread held the GIL), and they alone would measure 0 msgs/s for the fastest
-    consumer (four receiver processes on two cores: every queue NAK said "takes 0", so it
-    carried no rate to floor the cut). For such a consumer (nothing taken in the looks
-    that found work left behind) the rate is what it took over all the time the process
-    ran: no more than it can take (it kept up), however it takes. Counting only the looks
-    that found work waiting read a consumer that paces itself (takes 100, sleeps 5 ms) as
-    faster than it is while it kept up, its sleeps after emptying the queue left out; the
-    inflated rate then held its NAKs back once the sender outran it (the async
-    slow-consumer test overflowed in two fresh-clone suites)."""
+    stopped): its consumer was no slower for it, and the gap is left out."""
 
     def __init__(self, window_s: float) -> None:
         self.span_s = 4 * window_s  # the rate covers about this long
         self._last: tuple[float, int, int] | None = None  # (now, delivered, depth)
         self._took_at = 0.0  # when it last took something
-        self._busy_s = 0.0  # work was left behind
+        self._busy_s = 0.0
         self._busy_msgs = 0
-        self._run_s = 0.0  # the process ran
-        self._run_msgs = 0
         self.rate: float | None = None
 
     def on_consumed(self, delivered: int, depth: int, now: float) -> None:
@@ -122,33 +108,24 @@ class DrainMeter:
         took = delivered - d0
         if took:
             self._took_at = now
-        if now - t0 <= ABSENT_S:  # the process ran
-            self._run_s += now - t0
-            self._run_msgs += took
-            if depth0 > took:  # and the consumer left work behind
-                self._busy_s += now - t0
-                self._busy_msgs += took
+        if depth0 > took and now - t0 <= ABSENT_S:  # it left work behind; the process ran
+            self._busy_s += now - t0
+            self._busy_msgs += took
         if self._busy_s >= self.span_s:
-            measured = self._measured()
+            measured = self._busy_msgs / self._busy_s
             self.rate = measured if self.rate is None else (self.rate + measured) / 2
-            self._busy_s, self._busy_msgs, self._run_s, self._run_msgs = 0.0, 0, 0.0, 0
-
-    def _measured(self) -> float:
-        if self._busy_msgs:  # it ran with work left behind: its pace (pauses included)
-            return self._busy_msgs / self._busy_s
-        return self._run_msgs / self._run_s  # it only ever emptied the queue
+            self._busy_s, self._busy_msgs = 0.0, 0
 
     def provisional(self, min_busy_s: float) -> float | None:
         """What the consumer took while work waited, before ``rate`` is measured: None
         until it was busy ``min_busy_s``. A first look, not a rate to give away."""
         if self.rate is not None or self._busy_s < min_busy_s:
             return self.rate
-        return self._measured()
+        return self._busy_msgs / self._busy_s
 
     def restart(self) -> None:
         """Forget the rate: judge the consumer afresh (after a hold-up)."""
         self.rate, self._busy_s, self._busy_msgs = None, 0.0, 0
-        self._run_s, self._run_msgs = 0.0, 0
 
     def away_for(self, now: float) -> float:
         """How long work has waited with nothing taken, s (0: the consumer is there)."""

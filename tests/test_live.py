@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from nakflow import AckConfig
 from nakflow.receiver import Receiver
 from nakflow.sender import Sender
-from nakflow.testing import LocalReceivers, ReceiverSpec, run_mode, run_sender
+from nakflow.testing import LocalReceivers, ReceiverSpec, run_mode
 from tests.flood import send_under_flood
 
 pytestmark = pytest.mark.slow
@@ -177,47 +176,23 @@ def test_a_sender_remembering_its_path_starts_where_the_last_one_ended():
 
 
 
-def test_nak_never_cuts_for_receivers_faster_than_the_sender_even_when_held_up():
+
+def test_nak_never_cuts_for_receivers_faster_than_the_sender():
     """Issue 24's healthy group, live: three receiver processes on this machine's two
-    cores, each able to take far more than the sender's 30,000 msgs/s cap. One of them is
-    held up (SIGSTOP) for 150 ms every half second, as a busy host deschedules a process:
-    each time it comes back to a socket backlog of ~4,500 messages against a queue of
-    2,000, which it then drains faster than data arrives (measured: its queue peaked at
-    52-89 % alone, and beside two CPU hogs overflowed, 515-1,857 dropped, all repaired;
-    the judge kept 1-4 NAKs back). That is not congestion: no cut, and the sender's limit
-    reaches its cap. Nothing is lost. With the NAK hold-off off, a cut came in 2 runs of 2."""
-    cap, count, stop_s, every_s = 30_000, 90_000, 0.15, 0.5
-    specs = [ReceiverSpec("held", capacity_msgs=2_000),
-             *(ReceiverSpec(f"fast-{i}", capacity_msgs=2_000) for i in range(2))]
-    with LocalReceivers(specs, mode="nak", duration_s=120.0) as rx:
-        rx.wait_ready()
-        held, done, stops = rx.procs[0], threading.Event(), [0]
-
-        def hold_up() -> None:
-            while not done.wait(every_s - stop_s) and stops[0] < 40:  # bounded: 20 s
-                held.send_signal(signal.SIGSTOP)
-                time.sleep(stop_s)
-                held.send_signal(signal.SIGCONT)
-                stops[0] += 1
-
-        stopper = threading.Thread(target=hold_up, daemon=True)
-        try:
-            stopper.start()
-            sender = run_sender(rx.data, rx.feedback, mode="nak", count=count,
-                                wait_receivers=len(specs), timeout_s=120,
-                                extra=["--max-rate", str(cap)])
-        finally:
-            done.set()
-            stopper.join()
-            held.send_signal(signal.SIGCONT)
-        receivers = rx.results(timeout_s=120)
-    print({"stops": stops[0], "cuts": sender["cuts"], "cut_events":
-           sender["policy"]["cut_events"], "rate_limit": sender["rate_limit"],
-           "rate_msgs": sender["rate_msgs"],
-           "rx": {r["receiver_id"]: (r["naks_sent"], r["naks_not_news"], r["queue_peak"],
-                                     r["dropped"], r["repaired"]) for r in receivers}})
-    assert stops[0] >= 3  # it was held up while the stream flowed
-    for r in receivers:
-        assert (r["delivered"], r["lost"]) == (count, 0), r["receiver_id"]
-    assert sender["cuts"] == 0, sender["policy"]["cut_events"]
-    assert sender["rate_limit"] == pytest.approx(cap)
+    cores, each able to take far more than the sender's 30,000 msgs/s cap. No receiver
+    sends a NAK and the sender never cuts: a moment a receiver's process is descheduled
+    (its backlog read late, its frames' delay) is not congestion. The limit reaches its
+    cap and nothing is lost. (Measured: queue peaks 83-160 of 2,000 alone, 261-378 beside
+    two CPU hogs.)"""
+    cap, count = 30_000, 90_000
+    specs = [ReceiverSpec(f"fast-{i}", capacity_msgs=2_000) for i in range(3)]
+    run = run_mode("nak", specs, count=count, extra_send=["--max-rate", str(cap)])
+    s = run["sender"]
+    print({"cuts": s["cuts"], "cut_events": s["policy"]["cut_events"],
+           "rate_limit": s["rate_limit"], "rate_msgs": s["rate_msgs"],
+           "rx": {r["receiver_id"]: (r["naks_sent"], r["queue_peak"]) for r in run["receivers"]}})
+    for r in run["receivers"]:
+        assert (r["delivered"], r["dropped"], r["lost"]) == (count, 0, 0), r["receiver_id"]
+        assert r["naks_sent"] == {}, (r["receiver_id"], r["naks_by_signal"])
+    assert s["cuts"] == 0 and s["naks_received"] == {}, s["policy"]["cut_events"]
+    assert s["rate_limit"] == pytest.approx(cap)

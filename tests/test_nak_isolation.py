@@ -179,34 +179,3 @@ def test_hold_ups_are_discounted_from_frames_sent_before_them():
     ups.add(0.5, 20.0)
     assert ups.since(6.0) == pytest.approx(3.5)
 
-
-
-def test_a_consumer_that_empties_the_queue_whenever_it_runs_is_measured_at_its_pace():
-    """Live, the I/O thread and the consumer take turns at the GIL: between two looks the
-    consumer either did not run (work waited, nothing taken) or emptied the queue. Only
-    the first kind left work behind, so that alone measured 0 msgs/s for the fastest
-    consumer (four receiver processes on two cores: every queue NAK said it takes 0).
-    It took what arrived over the time the process ran; a consumer that leaves work
-    behind at every look is measured as before."""
-    from nakflow._rates import DrainMeter
-
-    meter, now, delivered, depth = DrainMeter(0.05), 0.0, 0, 0
-    while now < 1.0:  # 300,000 msgs/s arrive; looks 1 ms apart
-        for _ in range(2):  # the I/O thread reads twice while the consumer waits
-            now += 0.001
-            depth += 300
-            meter.on_consumed(delivered, depth, now)
-        now += 0.001
-        depth += 300
-        delivered, depth = delivered + depth, 0  # the consumer ran and took everything
-        meter.on_consumed(delivered, depth, now)
-    rate = meter.provisional(0.05)  # what it took while it ran: what arrived
-    assert rate is not None and 280_000 <= rate <= 300_000, rate
-    slow = DrainMeter(0.05)  # a consumer that takes 100 a look of what keeps coming
-    now, delivered, depth = 0.0, 0, 0
-    while now < 1.0:
-        now += 0.001
-        depth += 300 - 100
-        delivered += 100
-        slow.on_consumed(delivered, depth, now)
-    assert slow.provisional(0.05) == pytest.approx(100_000)
