@@ -94,6 +94,7 @@ class DrainMeter:
         self.span_s = 4 * window_s  # the rate covers about this long
         self._last: tuple[float, int, int] | None = None  # (now, delivered, depth)
         self._took_at = 0.0  # when it last took something
+        self.caught_up = False  # the last time it took something, it took all there was
         self._busy_s = 0.0
         self._busy_msgs = 0
         self.rate: float | None = None
@@ -108,6 +109,7 @@ class DrainMeter:
         took = delivered - d0
         if took:
             self._took_at = now
+            self.caught_up = took >= depth0  # the I/O thread puts only at its looks
         if depth0 > took and now - t0 <= ABSENT_S:  # it left work behind; the process ran
             self._busy_s += now - t0
             self._busy_msgs += took

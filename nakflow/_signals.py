@@ -76,6 +76,7 @@ class FillSignals:
                                 config.loss_min_msgs, config.loss_min_frames)
         self.delay = DelayMonitor(config.delay_fill if on else (), config.window_s)
         self._dropped_seen = 0
+        self._overflowed = False  # the queue dropped since the last look
         self.signal = QUEUE
         self.arrival = ArrivalMeter(config.window_s)
         self.drain = DrainMeter(config.window_s)
@@ -112,6 +113,12 @@ class FillSignals:
             self.held_up, self._held_at = True, now
             self.drain.restart()
             return PAUSE
+        if self.drain.caught_up and not self._overflowed:
+            # it emptied the queue the last time it took anything: all that waits came
+            # while it was away (its thread descheduled, or the I/O thread held the GIL)
+            # for less than PAUSE_S; a consumer that keeps up when it runs is not slow
+            self.held_up = True
+            return NOT_NEWS
         # the consumer's rate as soon as one window of work shows it: a backlog that a
         # consumer slower than the senders only grows is news even right after a hold-up
         # (the slow-start overshoot at a slow receiver: 1,778 drops without this)
@@ -137,7 +144,8 @@ class FillSignals:
         """``depth``, full if the queue dropped since the last look (``dropped``: all it
         ever dropped), or more while the path queues or drops or the I/O thread is behind."""
         seen, signal = depth, QUEUE
-        if dropped > self._dropped_seen:  # overflowed since the last look: it was full
+        self._overflowed = dropped > self._dropped_seen
+        if self._overflowed:  # overflowed since the last look: it was full
             self._dropped_seen = dropped
             seen = self.capacity_msgs
         since, arrived = self._received

@@ -243,6 +243,51 @@ def test_a_congested_sender_falling_silent_counts_as_more_congestion_for_a_while
     assert quiet.observe(now=1.0) == 0.0  # a sender that pauses on an empty path: nothing
 
 
+def test_a_sender_that_ended_leaves_no_silence_behind():
+    """END read in the same window as the sender's queued frames (a receiver back from a
+    stop reads it at the end of its backlog): those frames must not make the sender
+    congested again, or its silence after END holds the fill up for DELAY_SILENCE_S."""
+    from nakflow._fill import DelayMonitor
+
+    m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
+    for i in range(3):
+        m.on_delay("a", 0.010)
+        m.observe(now=i * 0.06)
+    m.on_delay("a", 0.010 + 0.06)  # 60 ms queueing: past the first level ...
+    m.forget("a")  # ... then its END
+    assert m.observe(now=0.24) == 0.0
+    assert m.observe(now=0.60) == 0.0 and m.silent_windows == 0
+
+
+def test_a_consumer_that_emptied_the_queue_when_it_last_took_is_away_not_slow():
+    """Live, on two cores, a consumer that keeps up whenever it runs does not run for
+    some tens of ms (its thread descheduled, the GIL with the I/O thread), and the queue
+    fills meanwhile: not news. Once it takes only part of what waits (slower than what
+    arrives), or the queue overflowed, it is."""
+    from nakflow._seqtrack import SequenceTracker
+    from nakflow._signals import NEWS, NOT_NEWS, FillSignals
+
+    def signals() -> tuple[FillSignals, int]:
+        sig, delivered = FillSignals(NakConfig(), capacity_msgs=1000, on=True), 0
+        for i in range(10):  # each look, it took all there was
+            sig.on_consumed(delivered, 100, i * 0.001)
+            delivered += 100
+        return sig, delivered
+
+    tracker = SequenceTracker()
+    sig, delivered = signals()
+    sig.on_consumed(delivered, 600, 0.011)  # it took the last 100; then 600 came
+    sig.seen_depth(600, 0, tracker, now=0.011)
+    assert sig.judge(0.012) == NOT_NEWS
+    sig.on_consumed(delivered + 100, 700, 0.02)  # back: it took 100 of the 600
+    sig.seen_depth(700, 0, tracker, now=0.02)
+    assert sig.judge(0.02) == NEWS
+    sig, delivered = signals()
+    sig.on_consumed(delivered, 1000, 0.011)
+    sig.seen_depth(1000, 5, tracker, now=0.011)  # ... and the queue overflowed
+    assert sig.judge(0.012) == NEWS
+
+
 def test_a_standing_delay_older_than_the_base_period_becomes_the_new_base():
     from nakflow._fill import DELAY_BASE_S, DelayMonitor
 
