@@ -321,8 +321,13 @@ class DelayMonitor:
             row[1] = delay_s - late_s
 
     def forget(self, sender: str) -> None:
-        """The sender ended or left: its silence means nothing."""
+        """The sender ended or left: its silence means nothing (and this window's frames
+        of it must not make it congested again: a receiver back from a stop read a
+        stream's END at the end of its backlog, and the silence that followed held its
+        fill at 100 % for DELAY_SILENCE_S, with its queue empty)."""
         self._congested.pop(sender, None)
+        self._win.pop(sender, None)
+        self._last.pop(sender, None)
 
     def observe(self, *, now: float) -> float:
         if not self.delay_fill:

@@ -174,25 +174,33 @@ def test_an_overheard_request_suppresses_ours():
 
 
 def test_dropped_messages_are_asked_for_only_once_room_is_back():
+    """Without room, one message per retry_s (it keeps the senders' linger going, see
+    below); the rest once the fill is below refill_below."""
     t = SequenceTracker(repair=True)
-    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, refill_below=0.5))
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, refill_below=0.5))
     t.on_data("p", 1, 0, 10)
-    t.on_dropped("p", 1, 9)
-    assert rq.poll(0.9, now=0.0) == []
-    assert [r.ranges for r in rq.poll(0.4, now=0.2)] == [((9, 10),)]
+    for seq in (7, 8, 9):
+        t.on_dropped("p", 1, seq)
+    assert [r.ranges for r in rq.poll(0.9, now=0.0)] == [((7, 8),)]
+    assert rq.poll(0.9, now=0.05) == []  # one per retry_s, no more
+    assert [r.ranges for r in rq.poll(0.4, now=0.08)] == [((8, 10),)]
+    assert rq.keepalives == 1
 
 
-def test_after_end_a_full_queue_still_asks_for_one_message_each_retry():
-    """Once END is in, the senders answer only while requests come (their linger): a
+def test_a_full_queue_still_asks_for_one_message_each_retry():
+    """After END the senders answer only while requests come (their linger), and a
+    receiver behind a socket backlog (back from a stop) reads END only at its end: a
     receiver whose queue has no room asks for one message each retry_s, which keeps the
     linger going until the consumer makes room (the Spark eval's slow receiver once ended
-    with 32 rows missing without it), and for what fits once there is room."""
+    with 32 rows missing without it after END; the fanout stop's stopped receiver
+    12,000-54,000 before END), and for what fits once there is room."""
     t = SequenceTracker(repair=True)
     rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1), capacity_msgs=100)
     t.on_data("p", 1, 0, 10)
     for seq in range(5, 10):
         t.on_dropped("p", 1, seq)
-    assert rq.poll(1.0, now=0.0) == []  # full, the stream goes on: wait for room
+    assert [r.ranges for r in rq.poll(1.0, now=0.0)] == [((5, 6),)]  # the stream goes on
+    assert rq.poll(1.0, now=0.05) == []
     t.on_end("p", 1, 10)
     assert [r.ranges for r in rq.poll(1.0, now=0.1)] == [((5, 6),)]
     assert [r.ranges for r in rq.poll(1.0, now=0.2)] == [((5, 6),)]  # asked again
@@ -218,8 +226,8 @@ def test_a_late_joiner_asks_the_history_for_what_came_before_it_as_room_allows()
     assert [r.ranges for r in rq.poll(0.0, now=0.0)] == [((0, 40),)]
     assert rq.poll(0.0, now=0.01) == []  # the rest waits for room
     assert t.on_repair("p", 1, 0, 40) == [(0, 40)]
-    assert [r.ranges for r in rq.poll(0.5, now=0.1)] == []  # half full: no room
-    assert [r.ranges for r in rq.poll(0.25, now=0.2)] == [((40, 70),)]
+    assert [r.ranges for r in rq.poll(0.5, now=0.1)] == [((40, 41),)]  # no room: one
+    assert [r.ranges for r in rq.poll(0.25, now=0.2)] == [((40, 41), (41, 70))]  # again
     assert t.on_gone("p", 1, 40, 100) == 0  # forgotten by the sender: still "missed"
     tot = t.totals()
     assert (tot["repaired"], tot["missed_before_join"] - (1 << 40),
