@@ -105,7 +105,8 @@ class FillSignals:
 
     def judge(self, now: float) -> int:
         """NEWS, NOT_NEWS (the queue drains faster than data arrives: a consumer, or a
-        process, that was held up catching up) or PAUSE (the consumer takes nothing)."""
+        process, that was held up catching up; or a consumer that keeps up whenever it
+        runs, away for a moment) or PAUSE (the consumer takes nothing)."""
         self.held_up = False
         if self.signal != QUEUE:
             return NEWS  # the path: the consumer cannot help it
