@@ -131,9 +131,10 @@ class RepairRequester:
             if g.due > now:
                 next_due = min(next_due, g.due)
                 continue
+            kept = False
             if g.kind != LOST:
-                if keepalive:
-                    keepalive, free, self._kept_alive_at = False, 1, now
+                if keepalive:  # not a try: its repair may wait behind the same backlog
+                    keepalive, free, self._kept_alive_at, kept = False, 1, now, True
                     self.keepalives += 1
                 elif not (room or ended) or free <= 0:  # look again soon: room comes
                     next_due = min(next_due, now + self.retry_s / 4)
@@ -143,11 +144,11 @@ class RepairRequester:
                     rest.due = now + self.retry_s / 4
                     next_due = min(next_due, rest.due)
                 free -= g.hi - g.lo
-            if g.tries >= cfg.max_requests:
+            if g.tries >= cfg.max_requests and not kept:
                 gaps.give_up(g)
                 self.given_up += g.hi - g.lo
                 continue
-            g.tries += 1
+            g.tries += not kept
             g.due = now + self.retry_s
             next_due = min(next_due, g.due)
             ranges.append((g.lo, g.hi, g.kind in OWN_KINDS))

@@ -27,7 +27,7 @@ from nakflow._codec import decode_data
 from nakflow._history import SendHistory
 from nakflow._repair import RepairRequester
 from nakflow._seqtrack import SequenceTracker
-from nakflow.wire import Data, Gone, Hello, RData, Repair, decode, encode
+from nakflow.wire import Data, Gone, Hello, Nak, RData, Repair, decode, encode
 from tests.fuzz import budget
 from tests.sansio import Link, run_link
 
@@ -209,6 +209,21 @@ def test_a_full_queue_still_asks_for_one_message_each_retry():
     assert asked == [5, 6, 7, 8, 9]  # room: all of it
 
 
+def test_a_request_that_only_keeps_the_linger_going_is_not_a_try():
+    """Its repair waits behind the same socket backlog as the rest: counted as tries,
+    the one message ran out of them and was given up (1-2 messages a run, fanout stop)."""
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, max_requests=2),
+                         capacity_msgs=100)
+    t.on_data("p", 1, 0, 10)
+    t.on_dropped("p", 1, 9)
+    for i in range(6):
+        assert [r.ranges for r in rq.poll(1.0, now=i * 0.101)] == [((9, 10),)]
+    assert rq.given_up == 0 and rq.keepalives == 6
+    asked = [r.ranges for r in rq.poll(0.2, now=0.61)]  # room: a real request, a try
+    assert asked == [((9, 10),)] and rq.keepalives == 6
+
+
 def test_a_late_joiner_asks_the_history_for_what_came_before_it_as_room_allows():
     """A receiver that first hears a stream at seq 100 asks the sender's history for
     0..99 (late join) once three of its frames arrived (a made-up sender's one frame asks
@@ -326,3 +341,29 @@ def test_data_frames_advertise_the_group_rtt_and_receivers_time_naks_by_it():
     assert monitor.rtt_s == pytest.approx(0.05)
     rx.receive_data(encode(Data("s", "m", 1, 0, 1.0, (b"x",), 10**12)), 1.2)
     assert monitor.rtt_s == 2.0  # MAX_GRTT_S
+
+
+def test_after_end_the_sender_lingers_while_a_receiver_still_naks():
+    """A NAK after END means a receiver is still behind (back from a stop, reading its
+    socket backlog with its queue full): it may yet find drops to ask for, so the linger
+    goes on as after a request, and ends once the NAKs stop."""
+    def closed_at(naks_until: float) -> float:
+        tx = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="p", epoch=1),
+                        now=0.0)
+        assert tx.offer(b"a", 0.0) == 0.0
+        tx.flush(0.0)
+        tx.close(0.01)
+        t = 0.01
+        while not tx.closed and t < 20.0:  # bounded: linger_max_s is 10 s
+            t = round(t + 0.01, 2)
+            if t <= naks_until and round(t * 100) % 10 == 0:  # one every 0.1 s
+                tx.receive_feedback(encode(Nak("s", "r1", 100, 1.0, t, 2, 0.0)), t)
+            timer = tx.get_timer()
+            if timer is not None and t >= timer:
+                tx.handle_timer(t)
+        return t
+
+    alone = closed_at(0.0)
+    assert alone < 1.0  # its ENDs repeated, nobody asking: done
+    behind = closed_at(3.0)
+    assert 3.0 < behind < 3.0 + 1.0
