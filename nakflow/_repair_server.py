@@ -46,6 +46,14 @@ class RepairServer:
         self.last_request = -1e300
         self.due_at = math.inf  # when to look at the queue again (inf: empty)
 
+    def on_behind(self, now: float) -> None:
+        """A NAK after END: a receiver is still behind (reading a socket backlog, its
+        queue full) and may yet find drops to ask for; the linger goes on as after a
+        request. (The fanout stop: the stopped receiver's queue first dropped 30 ms after
+        the sender's linger of 0.14 s had ended, with no request heard: 311-37,802
+        drops given up in 3 runs of 17; with this, 8 runs of 8 repaired or told.)"""
+        self.last_request = now
+
     def on_request(self, frame: Repair, *, now: float) -> list[tuple[int, int]]:
         """Queue what ``frame`` asks for; returns the ranges no longer held (for GONE)."""
         self.requests += 1

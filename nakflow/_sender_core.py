@@ -28,7 +28,7 @@ from typing import Any
 from ._admission import ALLOWANCE_MSGS, ALLOWANCE_S, Admission
 from ._auth import FrameAuth
 from ._batch import FrameBatcher
-from ._codec import Bye, Hello, Repair, decode
+from ._codec import Bye, Hello, Nak, Repair, decode
 from ._config import SenderConfig
 from ._endpoint import Endpoint
 from ._errors import ConfigError
@@ -256,6 +256,9 @@ class SenderCore(Endpoint):
             return
         elif is_other_modes_feedback(frame, self.mode):
             self._mismatch(f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
+        elif (type(frame) is Nak and self.repairs is not None and frame.stream == self.stream
+              and self.life.state == CLOSING):
+            self.repairs.on_behind(now)  # after END: a receiver is still filling up
         self.policy.on_feedback(frame, now=now)
 
     def _on_receiver_hello(self, frame: Hello, now: float) -> None:
