@@ -23,7 +23,7 @@ from nakflow import (
     SenderConfig,
     SenderCore,
 )
-from nakflow._codec import decode_data
+from nakflow._codec import SIGNAL_CODES, decode_data
 from nakflow._history import SendHistory
 from nakflow._repair import RepairRequester
 from nakflow._seqtrack import SequenceTracker
@@ -346,8 +346,9 @@ def test_data_frames_advertise_the_group_rtt_and_receivers_time_naks_by_it():
 def test_after_end_the_sender_lingers_while_a_receiver_still_naks():
     """A NAK after END means a receiver is still behind (back from a stop, reading its
     socket backlog with its queue full): it may yet find drops to ask for, so the linger
-    goes on as after a request, and ends once the NAKs stop."""
-    def closed_at(naks_until: float) -> float:
+    goes on as after a request, and ends once the NAKs stop. A NAK on its queue's fill
+    does not: what a slow consumer's queue holds was received (Spark's tasks lingered)."""
+    def closed_at(naks_until: float, signal: int = SIGNAL_CODES["delay"]) -> float:
         tx = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="p", epoch=1),
                         now=0.0)
         assert tx.offer(b"a", 0.0) == 0.0
@@ -357,7 +358,7 @@ def test_after_end_the_sender_lingers_while_a_receiver_still_naks():
         while not tx.closed and t < 20.0:  # bounded: linger_max_s is 10 s
             t = round(t + 0.01, 2)
             if t <= naks_until and round(t * 100) % 10 == 0:  # one every 0.1 s
-                tx.receive_feedback(encode(Nak("s", "r1", 100, 1.0, t, 2, 0.0)), t)
+                tx.receive_feedback(encode(Nak("s", "r1", 100, 1.0, t, signal, 0.0)), t)
             timer = tx.get_timer()
             if timer is not None and t >= timer:
                 tx.handle_timer(t)
@@ -367,3 +368,4 @@ def test_after_end_the_sender_lingers_while_a_receiver_still_naks():
     assert alone < 1.0  # its ENDs repeated, nobody asking: done
     behind = closed_at(3.0)
     assert 3.0 < behind < 3.0 + 1.0
+    assert closed_at(3.0, SIGNAL_CODES["queue"]) < 1.0
