@@ -111,14 +111,15 @@ class RepairRequester:
         # once its END is in, a stream sends nothing new: ask for what fits now, before
         # the sender's linger for repairs runs out
         ended = st is not None and st.final_seq is not None
-        if ended and free <= 0:  # one message: keeps the senders' linger going while the
-            free = 1  # consumer makes room (the Spark eval once ended 32 rows short)
-        # no room yet: one message per retry_s all the same. A sender cannot know that a
-        # receiver is behind a socket backlog (back from a stop, it reads seconds of
-        # data before it reaches END): without a request it closes when its linger's
-        # quiet is over (the fanout stop: 12,000-54,000 drops never repaired). A request
-        # keeps the linger going (up to linger_max_s) until there is room to ask for all.
-        keepalive = not (room or ended) and now - self._kept_alive_at >= self.retry_s
+        # No room (below refill_below, or after END none at all): one message per retry_s
+        # all the same, not counted as a try. Senders answer after END only while requests
+        # come (their linger), and cannot know that a receiver is behind a socket backlog
+        # (back from a stop, it reads seconds of data before it reaches END): without it
+        # the fanout stop's 12,000-54,000 drops were never repaired, and the Spark eval
+        # once ended 32 rows short. Its repair may wait behind the same backlog, so it is
+        # no try (counted, the one message ran out of tries and was given up).
+        starved = not (room or ended) or free <= 0
+        keepalive = starved and now - self._kept_alive_at >= self.retry_s
         if gaps.progress:  # the sender is answering (repairs wait for its rate
             gaps.progress = False  # limit): tries count only while nothing comes
             for g in gaps:
@@ -133,10 +134,10 @@ class RepairRequester:
                 continue
             kept = False
             if g.kind != LOST:
-                if keepalive:  # not a try: its repair may wait behind the same backlog
+                if keepalive:
                     keepalive, free, self._kept_alive_at, kept = False, 1, now, True
                     self.keepalives += 1
-                elif not (room or ended) or free <= 0:  # look again soon: room comes
+                elif starved or free <= 0:  # look again soon: room comes
                     next_due = min(next_due, now + self.retry_s / 4)
                     continue
                 if g.hi - g.lo > free:  # ask for what fits; the rest when room is back
