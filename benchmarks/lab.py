@@ -10,6 +10,11 @@ host only. Host ``tx`` sends; ``rx1``..``rxN`` receive as separate processes
 (``nakflow send`` / ``nakflow receive``). The last receiver's link is a bottleneck: a
 ``tbf`` qdisc on the bridge's port towards it (what a slow WAN link or a congested
 switch port does: it queues, then drops). Needs root, iproute2 and a pyzmq with OpenPGM.
+
+Exit status 1 if a receiver of a flow-controlled mode (nak, ack) lacks any message; the
+table says by what (``lost``, ``dropped_unrepaired``, ``beyond_history``) and what the
+sender's close learnt of it (``at_close``). ``none`` is the control: its losses are shown,
+not counted.
 """
 
 from __future__ import annotations
@@ -37,7 +42,20 @@ LAB_NOTES = {"receiver": "rx1, rx2 on full-speed links; the last one behind the 
              "repair_reqs": "repair requests this receiver sent (nak mode)",
              "mid_run": "msgs/s between a quarter and three quarters of the messages "
                         "delivered (steady state)",
-             "goodput": "msgs/s over the whole run at this receiver"}
+             "goodput": "msgs/s over the whole run at this receiver",
+             "at_close": "what the sender's close learnt of this receiver (its receipt: "
+                         "complete or incomplete; gone; unconfirmed)"}
+#: Modes with flow control: a receiver of theirs that lacks a message makes the run fail
+#: (exit 1). ``none`` is the control that shows what happens without.
+CONTROLLED = ("nak", "ack")
+
+
+def losses(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per receiver of a flow-controlled mode that lacks messages."""
+    return [f"{r['mode']} over {r['transport']}: {r['receiver']} lacks {r['missing']:,} "
+            f"(lost {r['lost']}, dropped_unrepaired {r['dropped_unrepaired']}, "
+            f"beyond_history {r['beyond_history']}; sender: {r['at_close']})"
+            for r in rows if r["mode"] in CONTROLLED and r["missing"]]
 
 
 def lab_unavailable() -> str | None:
@@ -180,7 +198,7 @@ def run_mode(lab: Lab, mode: str, *, count: int, size: int, timeout_s: float,
         "--wait-timeout", "30", "--json", *send_args), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE)
     out, err = sender.communicate(timeout=timeout_s + 60)
-    if sender.returncode != 0:
+    if sender.returncode not in (0, 1):  # 1: a receiver lacks data (the report says which)
         raise RuntimeError(f"sender failed ({sender.returncode}): {err[-2000:]}")
     send_s = time.monotonic() - t0
     result: dict[str, Any] = {"mode": mode, "transport": transport, "send_s": send_s,
@@ -260,10 +278,13 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
                 "mid_run": _round(mid_run_rate(times, [100 * (i + 1) for i in
                                                        range(len(times))], count)),
                 "delivered": snap["delivered"], "missing": count - snap["delivered"],
-                "dropped": "-", "repaired": "-", "lost": snap["lost"], "beyond_history": "-",
-                "naks": "-", "credits": "-", "repair_reqs": "-"}  # NORM does not say
+                "dropped": "-", "repaired": "-", "lost": snap["lost"],
+                "dropped_unrepaired": "-", "beyond_history": "-",
+                "naks": "-", "credits": "-", "repair_reqs": "-", "at_close": "-"}  # NORM
+    # does not say
     tl = snap.get("timeline") or {}
     times = [snap["started_at"] + t for t in tl.get("t", [])]
+    at_close = {c["receiver"]: c for c in res["sender"].get("at_close") or []}.get(host)
     return {"mode": res["mode"], "transport": res["transport"], "receiver": host,
             "link": lab.bottleneck.get(host, "full"),
             "rows_per_s": round(count / res["send_s"]),
@@ -271,9 +292,11 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
             "mid_run": _round(mid_run_rate(times, tl.get("delivered", []), count)),
             "delivered": snap["delivered"], "missing": count - snap["delivered"],
             "dropped": snap["dropped"], "repaired": snap["repaired"], "lost": snap["lost"],
+            "dropped_unrepaired": snap["dropped_unrepaired"],
             "beyond_history": snap["beyond_history"],
             "naks": sum(snap["naks_sent"].values()), "credits": snap["credits_sent"],
-            "repair_reqs": (snap["repair"] or {}).get("requests_sent", 0)}
+            "repair_reqs": (snap["repair"] or {}).get("requests_sent", 0),
+            "at_close": "-" if at_close is None else at_close["status"]}
 
 
 def _round(x: float | None) -> int | None:
@@ -329,11 +352,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results.append(run_norm(lab, count=args.count, size=args.size,
                                         timeout_s=args.timeout))
         rows = table_rows(results, lab, args.count)
+    lacking = losses(rows)
     if args.json:
-        print(json.dumps({"rows": rows, "runs": results}, default=str))
+        print(json.dumps({"rows": rows, "runs": results, "losses": lacking}, default=str))
     else:
         print(format_table(rows, notes=LAB_NOTES))
-    return 0
+    for line in lacking:
+        print(f"[lab] LOSS: {line}", file=sys.stderr, flush=True)
+    return 1 if lacking else 0
 
 
 if __name__ == "__main__":

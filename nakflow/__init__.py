@@ -27,6 +27,7 @@ from ._delivery_queue import DeliveryQueue
 from ._errors import (
     ConfigError,
     CreditViolation,
+    IncompleteDelivery,
     LocalProtocolError,
     NakflowError,
     ProtocolError,
@@ -68,6 +69,7 @@ __all__ = [
     "ConfigError",
     "CreditViolation",
     "DeliveryQueue",
+    "IncompleteDelivery",
     "LocalProtocolError",
     "Message",
     "NakConfig",

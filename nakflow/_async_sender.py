@@ -172,8 +172,9 @@ class AsyncSender:
             now = time.monotonic()
             for buf in drain(self._sub, 10_000):
                 self.core.receive_feedback(buf, now)
-            if self._watch is not None and self._watch.lost():
-                self.core.connection_lost(now)
+            closed = 0 if self._watch is None else self._watch.lost()
+            if closed:
+                self.core.connection_lost(now, closed)
             self._after_input(now)
 
     def _on_timer(self) -> None:

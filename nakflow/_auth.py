@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._codec import Bye, Credit, Data, End, Frame, Gone, Hello, Nak, RData, Repair
+from ._codec import Bye, Credit, Data, End, Frame, Gone, Hello, Nak, RData, Receipt, Repair
 from ._errors import ConfigError, ProtocolError
 
 MAGIC = 0xC1  # "never used" in msgpack
@@ -79,7 +79,7 @@ def origin(frame: Frame) -> tuple[str, int]:
         return frame.sender, frame.epoch
     if isinstance(frame, (Hello, Bye)):
         return frame.node, frame.epoch
-    if isinstance(frame, (Nak, Credit, Repair)):
+    if isinstance(frame, (Nak, Credit, Repair, Receipt)):
         return frame.receiver, 0
     raise TypeError(f"not a frame: {frame!r}")
 

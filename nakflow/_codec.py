@@ -7,11 +7,14 @@ before msgpack sees it, and msgpack bounds every container by the input size).
 
 Extending a frame: new fields go at the end, with a default (``Nak.signal`` and
 ``Nak.rate``, ``Repair.to_me`` came this way in wire revision 2, ``Hello.announce`` in
-3). A decoder accepts a frame without them (from an older peer: the defaults apply) and
-ignores up to MAX_UNKNOWN_FIELDS trailing fields it does not know (from a newer one).
-``encode`` leaves out trailing fields that hold their default, so a frame that uses no
-new field is the frame an older peer knows. Decoders of revision 1 required the exact
-field count, so they count a NAK that says its signal as malformed.
+3, ``Hello.receipts`` and ``Repair.hold`` in 4). A decoder accepts a frame without them
+(from an older peer: the defaults apply) and ignores up to MAX_UNKNOWN_FIELDS trailing
+fields it does not know (from a newer one). ``encode`` leaves out trailing fields that
+hold their default, so a frame that uses no new field is the frame an older peer knows.
+Decoders of revision 1 required the exact field count, so they count a NAK that says its
+signal as malformed. A new frame type (RECEIPT, revision 4) is one an older peer counts
+as malformed and drops; a receiver says it sends them (``Hello.receipts``), so no sender
+waits for one from a receiver that does not.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from ._errors import ProtocolError
 
 VERSION = 1
 #: Revision of the frame layouts within VERSION (2: NAK carries signal and rate, REPAIR
-#: to_me; 3: a sender's HELLO may be an announcement of its last seq).
-WIRE_REVISION = 3
+#: to_me; 3: a sender's HELLO may be an announcement of its last seq; 4: RECEIPT, a
+#: receiver's HELLO says it sends them, REPAIR may ask the sender to hold).
+WIRE_REVISION = 4
 #: Trailing fields a decoder does not know and skips (a newer peer's additions), at most.
 MAX_UNKNOWN_FIELDS = 8
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -38,7 +42,7 @@ MAX_BATCH = 65_536
 MAX_SEQ = (1 << 63) - 1
 
 T_DATA, T_NAK, T_CREDIT, T_HELLO, T_BYE, T_END = 1, 2, 3, 4, 5, 6
-T_RDATA, T_REPAIR, T_GONE = 7, 8, 9
+T_RDATA, T_REPAIR, T_GONE, T_RECEIPT = 7, 8, 9, 10
 MAX_RANGES = 64  # sequence ranges one REPAIR frame may ask for
 ROLES = ("sender", "receiver")
 
@@ -103,7 +107,11 @@ class Hello:
     ``announce`` (revision 3): a sender's periodic word, while it is idle and for a
     while after END, that every seq below ``next_seq`` was sent (PGM's SPM, NORM's
     flush): a receiver that missed the tail counts it lost (and asks for it) instead of
-    waiting. Receivers do not answer it."""
+    waiting. Receivers do not answer it.
+
+    ``receipts`` (revision 4): a receiver's HELLO says that it answers every END with a
+    RECEIPT, so a closing sender waits for it (one that does not say so is an older
+    receiver: nobody waits for its receipt)."""
 
     stream: str
     node: str
@@ -114,6 +122,7 @@ class Hello:
     echo: str
     ts: float
     announce: bool = False
+    receipts: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +168,13 @@ class Repair:
     ``to_me`` (revision 2): only this receiver misses them (its own queue dropped them, or
     it joined late): the sender re-sends them to it alone where the transport can (a
     topic of its own: ``target_prefix``), and other receivers do not hold back their own
-    requests for them."""
+    requests for them.
+
+    ``hold`` (revision 4): do not re-send these yet, keep them: this receiver's own queue
+    dropped them and it will ask again once it has room. Asked at once, so that what was
+    dropped while the history still held it stays repairable however fast the history
+    moves on (within the history's memory bound; the sender answers GONE for what it
+    already lost)."""
 
     stream: str
     receiver: str
@@ -168,6 +183,7 @@ class Repair:
     ranges: tuple[tuple[int, int], ...]
     ts: float
     to_me: bool = False
+    hold: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +199,38 @@ class Gone:
     ts: float
 
 
+#: What a RECEIPT says a receiver lacks, in this order (``Receipt.missing``).
+RECEIPT_REASONS = ("lost", "dropped", "beyond_history", "missed_before_join")
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """(revision 4) ``receiver`` is done with (``sender``, ``epoch``)'s stream: it saw END
+    (``final_seq``) and every seq below it was delivered or waits in its queue, except
+    ``missing`` (counts by ``RECEIPT_REASONS``), which it asks for no more. All zeros: the
+    stream is complete there. One frame per receiver and stream, sent once the stream is
+    settled, and again for each END that comes after it (a lost receipt is asked for by
+    the sender's repeated END): the exact close (NORM's watermark acknowledgement,
+    Kafka's ``acks=all``)."""
+
+    stream: str
+    receiver: str
+    sender: str
+    epoch: int
+    final_seq: int
+    missing: tuple[int, int, int, int]
+    ts: float
+
+    @property
+    def complete(self) -> bool:
+        return not any(self.missing)
+
+
 Frame = Union[Data, Nak, Credit, Hello, Bye, End,  # noqa: UP007 (runtime alias, py3.10)
-              RData, Repair, Gone]
+              RData, Repair, Gone, Receipt]
 _TYPE_OF: dict[type, int] = {Data: T_DATA, Nak: T_NAK, Credit: T_CREDIT, Hello: T_HELLO,
                              Bye: T_BYE, End: T_END, RData: T_RDATA, Repair: T_REPAIR,
-                             Gone: T_GONE}
+                             Gone: T_GONE, Receipt: T_RECEIPT}
 
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 #: Packs a frame given as its field list ``[VERSION, T_..., *fields]`` (the hot path;
@@ -202,6 +245,8 @@ def encode(frame: Frame) -> bytes:
         fields[5] = list(frame.payloads)
     elif isinstance(frame, Repair):
         fields[4] = [list(r) for r in frame.ranges]
+    elif isinstance(frame, Receipt):
+        fields[5] = list(frame.missing)
     for default in _TRAILING_DEFAULTS[type(frame)]:
         if fields[-1] is not default and fields[-1] != default:
             break
@@ -327,6 +372,13 @@ def _ranges(v: Any) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _missing(v: Any) -> tuple[int, int, int, int]:
+    if type(v) is not list or len(v) != len(RECEIPT_REASONS):
+        raise ProtocolError(f"expected {len(RECEIPT_REASONS)} missing counts")
+    a, b, c, d = (_uint(x) for x in v)
+    return a, b, c, d
+
+
 _Validator = Callable[[Any], Any]
 #: type -> (frame class, validators of its fields in order). The fields a class gives a
 #: default may be missing at the end of a frame (``_REQUIRED``: how many may not).
@@ -334,12 +386,13 @@ _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
     T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads, _uint)),
     T_NAK: (Nak, (_name, _name, _level, _fill, _ts, _signal, _rate)),
     T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
-    T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts, _bool)),
+    T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts, _bool, _bool)),
     T_BYE: (Bye, (_name, _name, _role, _uint, _ts)),
     T_END: (End, (_name, _name, _uint, _uint, _ts)),
     T_RDATA: (RData, (_name, _name, _uint, _uint, _ts, _payloads)),
-    T_REPAIR: (Repair, (_name, _name, _name, _uint, _ranges, _ts, _bool)),
+    T_REPAIR: (Repair, (_name, _name, _name, _uint, _ranges, _ts, _bool, _bool)),
     T_GONE: (Gone, (_name, _name, _uint, _uint, _uint, _ts)),
+    T_RECEIPT: (Receipt, (_name, _name, _name, _uint, _uint, _missing, _ts)),
 }
 
 

@@ -79,7 +79,8 @@ def on_signals_interrupt() -> None:
 PLAIN_KEYS = {
     "send": ("sender_id", "mode", "sent", "frames", "elapsed_s", "rate_msgs", "blocked_s",
              "credit_stalled_s", "rate_limit", "cuts", "cuts_by_signal", "limiting",
-             "naks_received", "receivers_seen", "rtt_ms", "repair"),
+             "naks_received", "receivers_seen", "rtt_ms", "repair", "at_close_counts",
+             "at_close"),
     "receive": ("receiver_id", "mode", "delivered", "received", "dropped", "repaired",
                 "lost", "beyond_history", "missed_before_join", "duplicates", "queued",
                 "queue_peak", "goodput_msgs", "latency_ms", "naks_sent", "naks_by_signal",

@@ -292,9 +292,11 @@ class RepairConfig:
     #: at 5,000 msgs/s could not catch up within the 5 s history (1,981 beyond history).
     share_alone: float = 1.0
     #: Sender: after END, close() keeps serving repairs until none came for this long
-    #: (three retry_s if receivers asked within the last second), s.
+    #: (three retry_s if receivers asked within the last second), s; only for receivers
+    #: that send no receipts (older ones): the others say when they are done.
     linger_quiet_s: float = 0.1
-    #: Sender: ... but at most this long, s.
+    #: Sender, every mode: close() waits for receivers' receipts (and serves their repairs)
+    #: at most this long after END, s; who has not answered by then is ``unconfirmed``.
     linger_max_s: float = 10.0
     #: Receiver: a new gap waits a random hold-off in [0, backoff_s) (truncated exponential,
     #: as NAKs) and is not asked for if another receiver asked for it meanwhile, s. Longer
@@ -371,6 +373,12 @@ class SenderConfig:
     #: (nak) Start from the rate the last sender on the same path in this process
     #: validated (a series of short-lived senders, as Spark tasks are).
     remember_rate: bool = False
+    #: At close, a receiver not heard (any frame) for this long is taken as gone and its
+    #: receipt is not awaited, s. A receiver stopped for less than this resumes, catches up
+    #: and confirms; as long as the history's age bound (RepairConfig.history_age_s), the
+    #: longest stop it could catch up from. A receiver whose connection closed (ZeroMQ's
+    #: socket monitor, tcp/ipc) is taken as gone after 1.5 s of silence instead.
+    receiver_gone_s: float = 5.0
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -382,6 +390,8 @@ class SenderConfig:
             raise ConfigError("max_rate_msgs must be > 0 or None")
         if not self.hello_interval_s > 0 or not self.timeline_interval_s > 0:
             raise ConfigError("hello_interval_s and timeline_interval_s must be > 0")
+        if not self.receiver_gone_s > 0:
+            raise ConfigError("receiver_gone_s must be > 0")
         if self.linger_s < 0 or self.frame_msgs < 1 or self.frame_bytes < 1:
             raise ConfigError("linger_s must be >= 0, frame_msgs and frame_bytes >= 1")
 

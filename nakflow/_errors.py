@@ -25,3 +25,14 @@ class CreditViolation(NakflowError, RuntimeError):
 class LocalProtocolError(NakflowError, RuntimeError):
     """This side was asked to do something its protocol state does not allow (data after
     END, anything after close): a bug in the caller, as h11's LocalProtocolError."""
+
+
+class IncompleteDelivery(NakflowError, RuntimeError):
+    """A stream ended, but a receiver that should hold it does not: its receipt says what
+    it lacks, or it never confirmed (the exact close: ``Sender.snapshot()["at_close"]``).
+    A Spark task raises it so that Spark retries the task (commit after send)."""
+
+    def __init__(self, message: str, at_close: list[dict[str, object]] | None = None) -> None:
+        super().__init__(message)
+        #: per receiver, what the sender's close learnt (``SenderCore.tally.report()``)
+        self.at_close = at_close or []

@@ -34,6 +34,7 @@ from ._codec import (
     Gone,
     Hello,
     RData,
+    Receipt,
     Repair,
     decode,
     decode_data,
@@ -123,6 +124,9 @@ class ReceiverCore(Endpoint):
                                  interval_s=cfg.timeline_interval_s)
         self.read_chunk = max(1, min(256, cap // 20))  # frames (and messages) per look
         self.ends: dict[Key, int] = {}
+        #: streams whose END came and whose RECEIPT is due once they are settled here
+        self._receipts_due: dict[Key, None] = {}
+        self.receipts_sent = 0
         self.left: dict[Key, None] = {}  # heard senders that left without END (aborted)
         self._hellos: dict[Key, None] = {}  # senders heard saying HELLO
         self.node_desc, self._log = f"receiver {self.receiver_id}", log
@@ -238,7 +242,7 @@ class ReceiverCore(Endpoint):
         # the answer echoes the sender's stamp: the sender measures the round trip on
         # its own clock
         self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0,
-                         frame.node, frame.ts), now)
+                         frame.node, frame.ts, receipts=True), now)
 
     def _on_end(self, frame: End) -> None:
         key = (frame.sender, frame.epoch)
@@ -246,6 +250,9 @@ class ReceiverCore(Endpoint):
         self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
         self.flow.on_sender_gone(key)
         self.signals.forget(frame.sender)
+        # every END (a repeat too: the sender did not get the receipt) is answered once the
+        # stream is settled here (``_receipts``)
+        remember(self._receipts_due, key, self.tracker.max_streams)
         if heard and key not in self.ends:
             self.ends[key] = frame.final_seq
             if len(self.ends) > self.tracker.max_streams:  # bounded, like the tracker
@@ -368,9 +375,30 @@ class ReceiverCore(Endpoint):
         if self.requester is not None:
             for frame in self.requester.poll(seen / self.capacity_msgs, now=now):
                 self._send(frame, now)
+        if self._receipts_due:
+            self._receipts(now)
         if self.timeline.due(now):
             self.timeline.sample(now, depth, seen, self.messages_in, self.delivered,
                                  self.dropped)
+
+    def _receipts(self, now: float) -> None:
+        """A RECEIPT for each ended stream that is settled here: nothing of it still asked
+        for (repairs), nothing of it still waiting to enter the queue. It says what the
+        stream lacks here for good (all zeros: complete)."""
+        tracker, due = self.tracker, self._receipts_due
+        entering = {key for key, _msg in self._pending} if self._pending else ()
+        for key in list(due):
+            st = tracker.streams.get(key)
+            if st is None or st.final_seq is None:  # forgotten meanwhile (max_streams)
+                del due[key]
+                continue
+            if key in tracker.with_gaps or key in entering:
+                continue
+            del due[key]
+            self.receipts_sent += 1
+            self._send(Receipt(self.stream, self.receiver_id, key[0], key[1], st.final_seq,
+                               (st.lost, st.dropped, st.beyond_history, st.missed_before_join),
+                               now + self.wall_offset), now)
 
     def seen_depth(self, depth: int, *, now: float) -> int:
         """The fill the policy acts on (``FillSignals.seen_depth``)."""
@@ -393,7 +421,7 @@ class ReceiverCore(Endpoint):
         if now >= self._next_hello:
             self._next_hello = now + self.config.hello_interval_s
             self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, "",
-                             now + self.wall_offset), now)
+                             now + self.wall_offset, receipts=True), now)
         self._feedback(now)
 
     def close(self, now: float) -> None:
@@ -435,6 +463,7 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "test_dropped": core.test_dropped,
         "auth": None if core.mac is None else core.mac.snapshot(),
         "feedback_frames": core.feedback_sent, "feedback_bytes": core.feedback_bytes,
+        "receipts_sent": core.receipts_sent,
         "senders": core.tracker.per_sender(),
         "io_behind_polls": core.io_behind_polls,
         "naks_not_news": flow.get("naks_not_news", 0),

@@ -24,7 +24,10 @@ def remember(peers: dict[Any, None], key: Any, cap: int = MAX_PEERS) -> None:
 
 class ReceiverRoster:
     """``present``: heard, not gone (BYE); ``answered``: echoed our HELLO; ``seen``: how
-    many distinct ones were ever heard; ``rtt_s``: the group RTT (None: not measured)."""
+    many distinct ones were ever heard; ``rtt_s``: the group RTT (None: not measured);
+    ``last_heard``: when each was last heard, by any frame (least recently heard first);
+    ``receipts``: those that said they answer END with a RECEIPT; ``left``: those that
+    said BYE (and were not heard since)."""
 
     def __init__(self) -> None:
         self.present: dict[str, None] = {}
@@ -33,11 +36,27 @@ class ReceiverRoster:
         self.seen = 0
         self._rtt_of: dict[str, float] = {}  # receiver -> latest RTT sample, oldest first
         self.rtt_s: float | None = None
+        self.last_heard: dict[str, float] = {}
+        self.receipts: dict[str, None] = {}
+        self.left: dict[str, None] = {}
 
-    def on_hello(self, node: str, *, echoes_us: bool, rtt_s: float) -> bool:
-        """A receiver's HELLO; ``echoes_us``: it answers ours, after ``rtt_s``. True if it
-        is the first answer from ``node``."""
+    def heard(self, node: str, now: float) -> None:
+        """A frame from receiver ``node`` arrived at ``now`` (it is alive)."""
+        heard = self.last_heard
+        heard.pop(node, None)
+        heard[node] = now
+        if len(heard) > MAX_PEERS:
+            del heard[next(iter(heard))]
+
+    def on_hello(self, node: str, *, echoes_us: bool, rtt_s: float,
+                 receipts: bool = False) -> bool:
+        """A receiver's HELLO; ``echoes_us``: it answers ours, after ``rtt_s``;
+        ``receipts``: it says it sends receipts. True if it is the first answer from
+        ``node``."""
         remember(self.present, node)
+        self.left.pop(node, None)
+        if receipts:
+            remember(self.receipts, node)
         if node not in self._ever:
             remember(self._ever, node)
             self.seen += 1
@@ -50,6 +69,7 @@ class ReceiverRoster:
 
     def on_bye(self, node: str) -> bool:
         """True if ``node`` was present."""
+        remember(self.left, node)
         return self.present.pop(node, 0) is None
 
     def _sample(self, node: str, rtt_s: float) -> None:

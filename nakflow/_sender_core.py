@@ -28,7 +28,8 @@ from typing import Any
 from ._admission import ALLOWANCE_MSGS, ALLOWANCE_S, Admission
 from ._auth import FrameAuth
 from ._batch import FrameBatcher
-from ._codec import SIGNAL_CODES, Bye, Hello, Nak, Repair, decode
+from ._close import CloseTally, receiver_of
+from ._codec import SIGNAL_CODES, Bye, Hello, Nak, Receipt, Repair, decode
 from ._config import SenderConfig
 from ._endpoint import Endpoint
 from ._errors import ConfigError
@@ -38,7 +39,7 @@ from ._repair_server import REPAIR_POLL_S, RepairServer
 from ._roster import ReceiverRoster
 from ._tail import TailAnnouncer
 from ._timeline import Timeline
-from .events import BeyondHistory, Closed, ReceiverJoined, ReceiverLeft
+from .events import BeyondHistory, Closed, Confirmed, ReceiverJoined, ReceiverLeft
 from .policies import is_other_modes_feedback, make_sender_flow
 
 __all__ = ["ALLOWANCE_MSGS", "BatchOffer", "SenderCore", "sender_snapshot"]
@@ -87,6 +88,8 @@ class SenderCore(Endpoint):
                                   max_bytes=cfg.frame_bytes, max_frame_bytes=cfg.max_frame_bytes,
                                   names_bytes=len(cfg.stream.encode()) + len(sender_id.encode()))
         self.roster = ReceiverRoster()
+        self.tally = CloseTally(self.roster, gone_after_s=cfg.receiver_gone_s)
+        self.multicast = multicast
         self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
         self.node_desc, self._log = f"sender {sender_id}", log
         self._init_endpoint()
@@ -183,10 +186,13 @@ class SenderCore(Endpoint):
         if self.framer.seq == 0 and not self.framer.said_hello:  # receivers count ENDs of
             self._hello(now)  # streams they heard
         self.outbox.append(self.framer.end(now))
+        self.tally.start()
 
     def close(self, now: float) -> None:
-        """END (if not yet), then keep answering repair requests as long as receivers ask
-        (``closed`` says when it is over: BYE sent, ``events.Closed``)."""
+        """END (if not yet), then the exact close: answer repairs and repeat END until
+        every receiver heard before END has confirmed (its RECEIPT) or is gone, at most
+        ``RepairConfig.linger_max_s`` (``closed`` says when it is over: BYE sent,
+        ``events.Closed``; ``tally`` what each receiver ended with)."""
         if self.life.state == OPEN:
             self.end(now)
         if self.life.state == CLOSED:
@@ -207,16 +213,21 @@ class SenderCore(Endpoint):
         self.life.step("abort")
         self._bye(now)
 
-    def connection_lost(self, now: float) -> None:
-        """The transport says a receiver's connection closed (ZeroMQ's socket monitor):
-        the policy may evict who stays silent (ack: ``AckConfig.disconnect_probe_s``)."""
+    def connection_lost(self, now: float, n: int = 1) -> None:
+        """The transport says ``n`` receiver connections closed (ZeroMQ's socket monitor):
+        the policy may evict who stays silent (ack: ``AckConfig.disconnect_probe_s``), and a
+        close stops waiting for receivers that stay silent (``_close``)."""
         self.policy.on_connection_lost(now=now)
+        self.tally.on_connection_lost(n, now)
+        if self.life.state == CLOSING:
+            self._linger_next = min(self._linger_next, now)
         self.timer_changed = True
 
     @property
     def watches_connections(self) -> bool:
-        """Whether ``connection_lost`` can change anything (the driver may skip watching)."""
-        return self.mode == "ack" and self.config.ack.disconnect_probe_s is not None
+        """Whether ``connection_lost`` can change anything (the driver may skip watching):
+        over tcp and ipc, where a closed connection is seen (the close uses it)."""
+        return not self.multicast
 
     def want_receivers(self, n: int, now: float) -> None:
         """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done)."""
@@ -250,6 +261,13 @@ class SenderCore(Endpoint):
         if frame is None:
             return
         self.feedback_frames += 1
+        node = receiver_of(frame)
+        if node is not None:
+            self.roster.heard(node, now)
+        if type(frame) is Receipt:
+            if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):
+                self._on_receipt(frame, now)
+            return
         if type(frame) is Hello:
             if frame.role == "receiver":
                 self._on_receiver_hello(frame, now)
@@ -268,10 +286,22 @@ class SenderCore(Endpoint):
             self.repairs.on_behind(now)  # after END: a receiver still reads old frames
         self.policy.on_feedback(frame, now=now)
 
+    def _on_receipt(self, frame: Receipt, now: float) -> None:
+        self.tally.on_receipt(frame)
+        self._take_outcomes()
+        if self.life.state == CLOSING:  # the close may be over: look now
+            self._linger_next = min(self._linger_next, now)
+            self.timer_changed = True
+
+    def _take_outcomes(self) -> None:
+        for receiver, outcome in self.tally.take_new():
+            self._event(Confirmed(receiver, outcome.status, outcome.why))
+
     def _on_receiver_hello(self, frame: Hello, now: float) -> None:
         me = frame.echo == self.sender_id
         if self.roster.on_hello(frame.node, echoes_us=me,
-                                rtt_s=now + self.wall_offset - frame.ts):
+                                rtt_s=now + self.wall_offset - frame.ts,
+                                receipts=frame.receipts):
             self._event(ReceiverJoined(frame.node))
         if me and self.roster.rtt_s is not None:
             self.framer.grtt_us = round(self.roster.rtt_s * 1e6)
@@ -321,9 +351,9 @@ class SenderCore(Endpoint):
             tail.announced(seq, now)
             self.outbox.append(self.framer.hello(now, announce=True))
         elif state == CLOSING:
-            if now >= tail.end_at:
-                tail.end_repeated(now)
-                self.outbox.append(self.framer.end(now))
+            if now >= tail.end_at:  # repeated while receipts are awaited: a lost receipt
+                tail.end_repeated(now, more=bool(self.tally.waiting(now)))  # is asked
+                self.outbox.append(self.framer.end(now))  # for again this way
             if now >= self._linger_next:
                 self._linger(now)
 
@@ -333,17 +363,31 @@ class SenderCore(Endpoint):
             self.outbox += rs.serve(self.policy, self.framer, now)
 
     def _linger(self, now: float) -> None:
-        """After END: answer repairs until receivers stop asking, then BYE."""
-        rs = self.repairs
-        wait = None if rs is None else rs.linger_wait(self._linger_from, now=now,
-                                                      sent_any=self.framer.seq > 0)
-        if wait is None and self.tail.ends_left:  # the ENDs still to repeat come first
-            self._linger_next = self.tail.end_at
-        elif wait is None:
+        """After END: until every receiver heard before END has sent its receipt or is
+        gone (``CloseTally``), answering repairs meanwhile, at most ``linger_max_s``; for
+        receivers that send no receipts (older ones), also until they stop asking for
+        repairs and the ENDs were repeated. Then BYE."""
+        rs, tally = self.repairs, self.tally
+        waiting = tally.waiting(now)
+        older = None  # the older rule's wait (None: over, or not needed)
+        if not tally.expects_receipts or tally.has_older:
+            older = None if rs is None else rs.linger_wait(self._linger_from, now=now,
+                                                           sent_any=self.framer.seq > 0)
+            if older is None and self.tail.ends_left:  # the ENDs still to repeat
+                older = max(0.0, self.tail.end_at - now)
+        give_up = self._linger_from + self.config.repair.linger_max_s
+        if now >= give_up or (not waiting and older is None and not (rs and rs.pending)):
+            tally.finish()
+            self._take_outcomes()
             self.life.step("done")
             self._bye(now)
-        else:
-            self._linger_next = now + (min(wait, REPAIR_POLL_S) if rs and rs.pending else wait)
+            return
+        self._take_outcomes()
+        nxt = min(give_up, tally.next_check(waiting),
+                  math.inf if older is None else now + older)
+        if rs is not None and rs.pending:
+            nxt = min(nxt, now + REPAIR_POLL_S)
+        self._linger_next = nxt
 
     # -- frames out, bookkeeping --------------------------------------------------------
     def _may_send(self) -> None:
@@ -412,6 +456,8 @@ def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
         "feedback_malformed": core.malformed, "feedback_foreign": core.foreign,
         "mode_mismatch": core.mode_mismatch, "key_mismatch": core.key_mismatch,
         "repair": None if rs is None else rs.snapshot(),
+        "at_close": core.tally.report(), "at_close_counts": core.tally.counts(),
+        "receipts": core.tally.receipts,
         "auth": None if core.mac is None else core.mac.snapshot(),
         "policy": flow,
         "timeline": core.timeline.as_dict(t0=core._t0),

@@ -13,11 +13,12 @@ import math
 ANNOUNCE_FIRST_S = 0.05
 ANNOUNCE_MAX_S = 1.0
 #: After END, END goes again this many times, at intervals doubling from
-#: max(2 RTT, END_REPEAT_FIRST_S) up to END_REPEAT_MAX_S; close() returns after the last
-#: one, in every mode. The cap: an RTT measured across a full buffer is the buffer's
-#: delay (5.2 s from an ACK sender whose TCP buffer held seconds of data for the lab's
-#: 8 Mbit/s link), and uncapped its three repeats kept close() waiting 72 s after every
-#: receiver had ended.
+#: max(2 RTT, END_REPEAT_FIRST_S) up to END_REPEAT_MAX_S, and on at that interval while a
+#: receiver's receipt is awaited (the close waits for receipts: ``_close``; with receivers
+#: that send none, close() returns after the last repeat). The cap: an RTT measured across
+#: a full buffer is the buffer's delay (5.2 s from an ACK sender whose TCP buffer held
+#: seconds of data for the lab's 8 Mbit/s link), and uncapped its three repeats kept
+#: close() waiting 72 s after every receiver had ended.
 END_REPEATS = 3
 END_REPEAT_FIRST_S = 0.02
 END_REPEAT_MAX_S = 1.0
@@ -52,7 +53,9 @@ class TailAnnouncer:
         self._end_gap = min(max(2 * rtt_s, END_REPEAT_FIRST_S), END_REPEAT_MAX_S)
         self.end_at = now + self._end_gap
 
-    def end_repeated(self, now: float) -> None:
-        self.ends_left -= 1
+    def end_repeated(self, now: float, *, more: bool = False) -> None:
+        """END went again at ``now``; ``more``: receivers are still awaited, so it goes on
+        being repeated (every END_REPEAT_MAX_S at most) after the END_REPEATS."""
+        self.ends_left = max(0, self.ends_left - 1)
         self._end_gap = min(2 * self._end_gap, END_REPEAT_MAX_S)
-        self.end_at = now + self._end_gap if self.ends_left else math.inf
+        self.end_at = now + self._end_gap if self.ends_left or more else math.inf

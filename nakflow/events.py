@@ -68,6 +68,18 @@ class SenderLeft(Event):
 
 
 @dataclass(frozen=True)
+class Confirmed(Event):
+    """(sender) the close learnt how this stream ended at ``receiver``: ``status`` is
+    ``complete`` (its receipt: it holds every message through END), ``incomplete`` (its
+    receipt says what it lacks, ``why``), ``gone`` (BYE, silent, disconnected) or
+    ``unconfirmed`` (no receipt before ``linger_max_s``, or an older receiver)."""
+
+    receiver: str
+    status: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class Closed(Event):
     """(sender) the stream is over here: END answered for long enough (or aborted), BYE
     sent. Nothing more will come out of the core."""

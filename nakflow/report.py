@@ -15,7 +15,8 @@ from typing import Any
 
 from ._timeline import rate_series
 
-__all__ = ["MISSING_REASONS", "Verdict", "rate_series", "receiver_verdict", "sender_verdict"]
+__all__ = ["MISSING_REASONS", "Verdict", "at_close_problems", "rate_series",
+           "receiver_verdict", "sender_verdict"]
 
 #: Why a message counted in a stream was not delivered, in the order they are printed.
 MISSING_REASONS = ("lost", "dropped", "beyond_history", "missed_before_join")
@@ -81,17 +82,38 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None)
     return Verdict(line, problems)
 
 
+def at_close_problems(at_close: list[dict[str, Any]], *, live_only: bool = False) -> list[str]:
+    """One line per receiver the close did not find complete (``snapshot()["at_close"]``):
+    ``receiver r3: incomplete (beyond_history 65)``. ``live_only``: leave out the
+    receivers that were gone (BYE, silent, disconnected)."""
+    out = []
+    for c in at_close:
+        if c["status"] == "complete" or (live_only and c["status"] == "gone"):
+            continue
+        why = f" ({c['why']})" if c.get("why") else ""
+        out.append(f"receiver {c['receiver']}: {c['status']}{why}")
+    return out
+
+
+def _at_close_words(snap: dict[str, Any]) -> str:
+    counts = snap.get("at_close_counts") or {}
+    parts = [f"{n} {status}" for status, n in counts.items() if n]
+    return f": {', '.join(parts)}" if parts else ""
+
+
 def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
                    interrupted: str | None = None) -> Verdict:
-    """``sent X msgs in T s (R msgs/s) to N receivers``, and the problems: nobody
-    answered, fewer sent than ``planned``, an interruption, messages the receivers asked
-    for that the history no longer held, peers in another mode or with another key."""
+    """``sent X msgs in T s (R msgs/s) to N receivers: 3 complete, 1 gone``, and the
+    problems: nobody answered, fewer sent than ``planned``, an interruption, a receiver
+    the close did not find complete (its receipt said what it lacks; it went, or never
+    confirmed), messages the receivers asked for that the history no longer held, peers
+    in another mode or with another key."""
     sent, elapsed = snap.get("sent", 0), snap.get("elapsed_s", 0.0)
     receivers = snap.get("receivers_seen") or snap.get("receivers") or 0
     rate = sent / elapsed if elapsed > 0 else 0.0
     line = (f"sent {_n(sent)} msgs in {elapsed:.1f} s ({_n(round(rate))} msgs/s) to "
-            f"{receivers} receiver{'s' if receivers != 1 else ''}")
-    problems = []
+            f"{receivers} receiver{'s' if receivers != 1 else ''}{_at_close_words(snap)}")
+    problems = at_close_problems(snap.get("at_close") or [])
     if planned is not None and sent < planned:
         problems.append(f"sent {_n(sent)} of the {_n(planned)} planned")
     if interrupted:

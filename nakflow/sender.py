@@ -194,8 +194,9 @@ class Sender:
         now = time.monotonic()
         for buf in frames:
             core.receive_feedback(buf, now)
-        if self._watch is not None and self._watch.lost():
-            core.connection_lost(now)
+        closed = 0 if self._watch is None else self._watch.lost()
+        if closed:
+            core.connection_lost(now, closed)
         if now >= self._timer_at(now):
             core.handle_timer(now)
         self._transmit()

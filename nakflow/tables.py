@@ -57,13 +57,16 @@ COLUMNS: dict[str, str] = {
 def format_table(rows: Sequence[Mapping[str, Any]], *, legend: bool = True,
                  notes: Mapping[str, str] | None = None) -> str:
     """Rows as aligned columns; with ``legend``, one line per column under the table
-    (``notes`` override or add to the glossary for this table)."""
+    (``notes`` override or add to the glossary for this table). The columns are every key
+    any row has, in the order first seen; a row without one shows ``-`` there."""
     if not rows:
         return "(no rows)"
-    cols = list(rows[0])
-    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    cols = list(dict.fromkeys(c for r in rows for c in r))
+    cells = [[str(r.get(c, "-")) for c in cols] for r in rows]
+    width = {c: max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)}
     line = "  ".join(c.rjust(width[c]) for c in cols)
-    body = ["  ".join(str(r[c]).rjust(width[c]) for c in cols) for r in rows]
+    body = ["  ".join(v.rjust(width[c]) for v, c in zip(row, cols, strict=True))
+            for row in cells]
     out = [line, "-" * len(line), *body]
     if legend:
         words = {**COLUMNS, **(notes or {})}

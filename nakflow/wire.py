@@ -8,6 +8,7 @@ a packet dissector): every frame is a msgpack array ``[VERSION, type, *fields]``
 from ._auth import FrameAuth
 from ._codec import (
     DEFAULT_MAX_FRAME_BYTES,
+    RECEIPT_REASONS,
     SIGNALS,
     TARGET_MAGIC,
     VERSION,
@@ -20,6 +21,7 @@ from ._codec import (
     Hello,
     Nak,
     RData,
+    Receipt,
     Repair,
     decode,
     decode_data,
@@ -30,7 +32,7 @@ from ._codec import (
 )
 from ._errors import ProtocolError
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "SIGNALS", "TARGET_MAGIC", "VERSION", "Bye", "Credit",
-           "Data", "End", "Frame", "FrameAuth", "Gone", "Hello", "Nak", "ProtocolError",
-           "RData", "Repair", "decode", "decode_data", "encode", "encode_data",
-           "target_prefix", "untarget"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "RECEIPT_REASONS", "SIGNALS", "TARGET_MAGIC", "VERSION",
+           "Bye", "Credit", "Data", "End", "Frame", "FrameAuth", "Gone", "Hello", "Nak",
+           "ProtocolError", "RData", "Receipt", "Repair", "decode", "decode_data", "encode",
+           "encode_data", "target_prefix", "untarget"]

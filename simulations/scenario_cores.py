@@ -192,12 +192,12 @@ class _Run:
         link, p, who = self.link, self.p, self.who
         if p.dead and self.sent_at_death is None and t >= p.dead_at_s:
             self.sent_at_death = sum(tx.sent for tx in link.senders)
-            for i, role in enumerate(self.who.roles):
-                if role == "dead":
-                    link.disconnect(i)
+            dead = [i for i, role in enumerate(self.who.roles) if role == "dead"]
+            for i in dead:
+                link.disconnect(i)
             for tx in link.senders:  # over tcp/ipc its connections close: ZeroMQ's socket
                 if tx.watches_connections:  # monitor tells the live sender at once
-                    tx.connection_lost(t)
+                    tx.connection_lost(t, len(dead))
         for i, queue in enumerate(link.queues):
             stopped = link.stopped[i] = link.gone[i] or who.stopped(i, t, p)
             self.qpeak[i] = max(self.qpeak[i], len(queue))

@@ -14,6 +14,9 @@ from transports import SocketOptions, is_multicast, parse_endpoints
 
 log = logging.getLogger("nakflow.spark")
 
+#: ``WriterConfig.require_complete``: which receivers must confirm a task's rows.
+REQUIRE_COMPLETE = ("live", "all", "none")
+
 
 def default_wait_receivers(data: Sequence[str]) -> int:
     """One receiver per data endpoint; a multicast group: at least one."""
@@ -65,6 +68,15 @@ class WriterConfig:
         pushgateway: a Prometheus Pushgateway URL (``http://host:9091``); each task pushes
             its sender's metrics there when it ends (needs ``nakflow[metrics]`` on the
             executors; a failed push is logged and never fails the task).
+        require_complete: which receivers must confirm that they hold the task's rows
+            (their receipt at the sender's close) for the task to succeed: ``"live"``
+            (every receiver heard that is still alive at the close; one that died or left
+            is reported, not waited for), ``"all"`` (a receiver that went fails the task
+            too) or ``"none"`` (report only). None (default): ``"live"`` in ``nak`` and
+            ``ack``, ``"none"`` in ``none`` (no flow control: a retry would only drop
+            again). A task that fails this raises ``nakflow.IncompleteDelivery`` after
+            END, so Spark retries it under a new epoch; receivers with
+            ``drop_duplicates`` deliver each row once.
     """
 
     data: Sequence[str] | str  # stored as a tuple of URIs
@@ -87,9 +99,16 @@ class WriterConfig:
     options: SocketOptions | None = None
     shared_key_file: str | None = None
     pushgateway: str | None = None
+    require_complete: str | None = None
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
+        if self.require_complete is None:
+            object.__setattr__(self, "require_complete",
+                               "none" if self.mode == "none" else "live")
+        if self.require_complete not in REQUIRE_COMPLETE:
+            raise ConfigError(f"require_complete must be one of {', '.join(REQUIRE_COMPLETE)}; "
+                              f"got {self.require_complete!r}")
         for name in ("data", "feedback"):
             value: str | Sequence[str] = getattr(self, name)
             object.__setattr__(self, name, tuple(parse_endpoints(value)))

@@ -24,7 +24,9 @@ from typing import Any
 
 import msgpack
 
+from nakflow import IncompleteDelivery
 from nakflow.keyfile import load_shared_key
+from nakflow.report import at_close_problems
 from nakflow.sender import Sender
 
 from .config import WriterConfig
@@ -42,6 +44,8 @@ METRICS_COLUMNS: tuple[tuple[str, str], ...] = (
     ("naks", "bigint"), ("naks_by_level", "map<string,bigint>"), ("cuts", "bigint"),
     ("final_rate_limit", "double"), ("feedback_frames", "bigint"), ("receivers", "int"),
     ("start_rate_limit", "double"), ("beyond_history", "bigint"), ("mismatched", "bigint"),
+    ("receivers_complete", "int"), ("receivers_incomplete", "int"), ("receivers_gone", "int"),
+    ("receivers_unconfirmed", "int"), ("at_close", "map<string,string>"),
 )
 METRICS_DDL = ", ".join(f"{name} {kind}" for name, kind in METRICS_COLUMNS)
 
@@ -116,8 +120,10 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
 
     Each row is sent with ``Sender.send`` (admitted one by one by the mode's policy)
     and rows coalesce into DATA frames of at most ``batch_rows`` (natural batching,
-    ``batch_linger_s``). On success the stream ends with END; on any exception the
-    sender leaves without END and the exception propagates (Spark retries).
+    ``batch_linger_s``). On success the stream ends with END and the close waits for the
+    receivers' receipts; on any exception the sender leaves without END and the exception
+    propagates (Spark retries). Raises ``nakflow.IncompleteDelivery`` after END when a
+    receiver ``config.require_complete`` names did not confirm the whole stream.
     """
     serialize: Callable[[Any], bytes] = config.serializer or row_to_msgpack
     ack = config.ack
@@ -153,16 +159,31 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
             sender.abort(linger_s=config.linger_s)
         if config.pushgateway:
             _push(config.pushgateway, sender.snapshot())
+    if ok:  # the close is over: what each receiver said
+        snap = sender.snapshot()
     naks = {str(k): int(v) for k, v in (snap.get("naks_received") or {}).items()}
     # what the sender learnt of receivers' loss: repairs asked for that its history no
     # longer held, and frames from receivers in another mode or with another key
-    gone = int((snap.get("repair") or {}).get("gone", 0))
+    beyond = int((snap.get("repair") or {}).get("gone", 0))
     mismatched = int(snap["mode_mismatch"]) + int(snap["key_mismatch"])
-    if gone or mismatched:
+    if beyond or mismatched:
         log.warning("sender %s epoch %d: %d rows receivers asked for were beyond the history, "
                     "%d frames from receivers configured differently (mode or key)",
-                    identity.sender_id, identity.attempt, gone, mismatched)
+                    identity.sender_id, identity.attempt, beyond, mismatched)
     elapsed = time.monotonic() - t0
+    at_close = snap.get("at_close") or []
+    counts = snap.get("at_close_counts") or {}
+    require = config.require_complete
+    short = [] if require == "none" else at_close_problems(at_close, live_only=require == "live")
+    if short:
+        raise IncompleteDelivery(
+            f"sender {identity.sender_id} epoch {identity.attempt} sent {snap['sent']:,} rows, "
+            f"but {'; '.join(short)} (require_complete={require!r}: the task fails and Spark "
+            "retries it; receivers with drop_duplicates deliver each row once)", at_close)
+    gone = [c for c in at_close if c["status"] != "complete"]
+    if gone:
+        log.warning("sender %s epoch %d: %s", identity.sender_id, identity.attempt,
+                    "; ".join(at_close_problems(gone)))
     return {
         "run_id": config.run_id, "sender_id": identity.sender_id, "epoch": identity.attempt,
         "partition": identity.partition, "attempt": identity.attempt, "stage": identity.stage,
@@ -177,7 +198,13 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
         "final_rate_limit": None if snap["rate_limit"] is None else float(snap["rate_limit"]),
         "feedback_frames": snap["feedback_frames"], "receivers": int(snap["receivers"] or 0),
         "rtt_ms": snap["rtt_ms"], "start_rate_limit": snap["start_rate_msgs"],
-        "beyond_history": gone, "mismatched": mismatched,
+        "beyond_history": beyond, "mismatched": mismatched,
+        "receivers_complete": counts.get("complete", 0),
+        "receivers_incomplete": counts.get("incomplete", 0),
+        "receivers_gone": counts.get("gone", 0),
+        "receivers_unconfirmed": counts.get("unconfirmed", 0),
+        "at_close": {c["receiver"]: c["status"] + (f" ({c['why']})" if c["why"] else "")
+                     for c in at_close},
     }
 
 

@@ -14,7 +14,7 @@ import msgpack
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from nakflow.wire import Bye, Credit, Data, End, Gone, Hello, Nak, RData, Repair, encode
+from nakflow.wire import Bye, Credit, Data, End, Gone, Hello, Nak, RData, Receipt, Repair, encode
 
 SCALE = max(1, int(os.environ.get("NAKFLOW_FUZZ_SCALE", "1")))
 MAX = 2**63 - 1
@@ -36,7 +36,8 @@ frames = st.one_of(
               st.integers(0, 255), st.floats(0, 1e12)),
     st.builds(Credit, names, names, names, u63, u63, ts),
     st.builds(Hello, names, names, st.sampled_from(["sender", "receiver"]),
-              st.sampled_from(["nak", "ack", "none"]), u63, u63, st.text(max_size=5), ts),
+              st.sampled_from(["nak", "ack", "none"]), u63, u63, st.text(max_size=5), ts,
+              st.booleans(), st.booleans()),
     st.builds(Bye, names, names, st.sampled_from(["sender", "receiver"]), u63, ts),
     st.builds(End, names, names, u63, u63, ts),
     st.builds(RData, names, names, u63, u63, ts,
@@ -44,9 +45,10 @@ frames = st.one_of(
     st.builds(Repair, names, names, names, u63,
               st.lists(st.tuples(st.integers(0, MAX - 1), st.integers(1, 1000)).map(
                   lambda r: (r[0], min(MAX, r[0] + r[1]))), min_size=1, max_size=64).map(tuple),
-              ts, st.booleans()),
+              ts, st.booleans(), st.booleans()),
     st.tuples(names, names, u63, st.integers(0, MAX - 1), st.integers(1, 1000), ts).map(
         lambda t: Gone(t[0], t[1], t[2], t[3], min(MAX, t[3] + t[4]), t[5])),
+    st.builds(Receipt, names, names, names, u63, u63, st.tuples(u63, u63, u63, u63), ts),
 )
 
 # Frames a live node takes seriously: its own stream, ids from a small set (so streams
@@ -74,6 +76,8 @@ live_frames = st.one_of(
               now_ts),
     st.tuples(stream, peers, edge_ints, st.integers(0, 1000), st.integers(1, 10**6),
               now_ts).map(lambda t: Gone(t[0], t[1], t[2], t[3], t[3] + t[4], t[5])),
+    st.builds(Receipt, stream, peers, peers, edge_ints, edge_ints,
+              st.tuples(edge_ints, edge_ints, edge_ints, edge_ints), now_ts),
 )
 
 
@@ -94,7 +98,7 @@ def mutated(draw: st.DrawFn, base: st.SearchStrategy[bytes]) -> bytes:
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(),
                     st.text(max_size=10), st.binary(max_size=10))
 # arrays that look like frames: the right version and a frame type, then anything
-lookalikes = st.tuples(st.integers(1, 9), st.lists(scalars, max_size=9)).map(
+lookalikes = st.tuples(st.integers(1, 10), st.lists(scalars, max_size=9)).map(
     lambda t: msgpack.packb([1, t[0], *t[1]], use_bin_type=True))
 wire = st.one_of(live_frames.map(encode), mutated(live_frames.map(encode)), lookalikes,
                  st.binary(max_size=64))

@@ -22,7 +22,19 @@ from nakflow._errors import ProtocolError
 from nakflow._receiver_core import Message
 from nakflow._seqtrack import SequenceTracker
 from nakflow._speedups import status
-from nakflow.wire import Bye, Credit, Data, End, Gone, Hello, Nak, RData, Repair, encode
+from nakflow.wire import (
+    Bye,
+    Credit,
+    Data,
+    End,
+    Gone,
+    Hello,
+    Nak,
+    RData,
+    Receipt,
+    Repair,
+    encode,
+)
 from simulations.cores import CoreSimParams, simulate_cores
 
 
@@ -48,11 +60,14 @@ def codec(rng: random.Random) -> list[str]:
             Nak(name(), name(), rng.randint(1, 100), rng.uniform(0, 100), ts),
             Credit(name(), name(), name(), u(), u(), ts),
             Hello(name(), name(), rng.choice(["sender", "receiver"]),
-                  rng.choice(["nak", "ack", "none"]), u(), u(), name(), ts),
+                  rng.choice(["nak", "ack", "none"]), u(), u(), name(), ts,
+                  rng.random() < 0.5, rng.random() < 0.5),
             Bye(name(), name(), "receiver", u(), ts), End(name(), name(), u(), u(), ts),
             RData(name(), name(), u(), u(), ts, (rng.randbytes(5),)),
-            Repair(name(), name(), name(), u(), ((1, 5), (9, 12)), ts),
-            Gone(name(), name(), u(), 3, 9, ts)])
+            Repair(name(), name(), name(), u(), ((1, 5), (9, 12)), ts, rng.random() < 0.5,
+                   rng.random() < 0.5),
+            Gone(name(), name(), u(), 3, 9, ts),
+            Receipt(name(), name(), name(), u(), u(), (u(), u(), u(), u()), ts)])
         buf = encode(frame)
         out.append(buf.hex())
         for variant in (buf, *(mutate(rng, buf) for _ in range(6))):

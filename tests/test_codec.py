@@ -9,7 +9,19 @@ from hypothesis import strategies as st
 
 from nakflow import ProtocolError
 from nakflow._codec import decode_data
-from nakflow.wire import Bye, Credit, Data, End, Hello, Nak, decode, encode, encode_data
+from nakflow.wire import (
+    Bye,
+    Credit,
+    Data,
+    End,
+    Hello,
+    Nak,
+    Receipt,
+    Repair,
+    decode,
+    encode,
+    encode_data,
+)
 from tests.fuzz import budget, frames
 
 EXAMPLES = [
@@ -20,7 +32,26 @@ EXAMPLES = [
     Hello("s", "r1", "receiver", "nak", 0, 0, "p0", 1.0),
     Bye("s", "p0", "sender", 3, 1.0),
     End("s", "p0", 3, 5000, 9.0),
+    Hello("s", "r1", "receiver", "nak", 0, 0, "", 1.0, receipts=True),
+    Repair("s", "r1", "p0", 3, ((5, 9),), 1.0, to_me=True, hold=True),
+    Receipt("s", "r1", "p0", 3, 5000, (0, 0, 0, 0), 9.5),
+    Receipt("s", "r1", "p0", 3, 5000, (1, 2, 3, 4), 9.5),
 ]
+
+
+def test_revision_4_fields_are_left_out_when_they_hold_their_default():
+    """An older peer still reads a HELLO or REPAIR that uses none of revision 4's fields
+    exactly as before; a RECEIPT says what a receiver lacks, by reason."""
+    assert encode(Hello("s", "r1", "receiver", "nak", 0, 0, "", 1.0)) == encode(
+        Hello("s", "r1", "receiver", "nak", 0, 0, "", 1.0, False, False))
+    assert len(msgpack.unpackb(encode(Hello("s", "r", "receiver", "nak", 0, 0, "", 1.0,
+                                            receipts=True)))) == 12
+    receipt = Receipt("s", "r1", "p0", 3, 10, (0, 0, 2, 0), 1.0)
+    assert not receipt.complete and Receipt("s", "r", "p", 1, 1, (0,) * 4, 0.0).complete
+    for bad in ([1, 2, 3], [1, 2, 3, -1], [1, 2, 3, "x"]):
+        buf = msgpack.packb([1, 10, "s", "r", "p", 3, 10, bad, 1.0])
+        with pytest.raises(ProtocolError, match=r"missing counts|integer"):
+            decode(buf)
 
 
 @given(frames)

@@ -30,9 +30,9 @@ def receiver(data: str, feedback: str, name: str, *extra: str) -> subprocess.Pop
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def report(proc: subprocess.Popen[str], timeout: float = 60.0) -> dict:
+def report(proc: subprocess.Popen[str], timeout: float = 60.0, status: int = 0) -> dict:
     out, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err[-2000:]
+    assert proc.returncode == status, err[-2000:]
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -75,7 +75,8 @@ def test_receiver_killed_and_restarted_resynchronises_others_unaffected(mode: st
     5 s ``receiver_timeout_s``); the receiver is restarted 3 s after the kill and is
     granting again; what was sent before it came back is reported as missed before it
     joined (no history in ack), and nothing lost after. Either way the others lose
-    nothing.
+    nothing, and the sender's close knows what each receiver holds: in ack the restarted
+    one's receipt says what it missed, and the sender exits 1 (missing data).
     """
     ends = [(f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
             for _ in range(3)]
@@ -94,9 +95,17 @@ def test_receiver_killed_and_restarted_resynchronises_others_unaffected(mode: st
     rxs[2].communicate()
     time.sleep(1.0 if mode == "nak" else 3.0)
     rxs[2] = receiver(*ends[2], "r2", *opts)
-    s = report(sender, timeout=90)
+    s = report(sender, timeout=90, status=0 if mode == "nak" else 1)
     assert s["sent"] == count
     r0, r1, r2 = (report(p, timeout=90) for p in rxs)
+    at_close = {c["receiver"]: c for c in s["at_close"]}
+    assert at_close["r0"]["status"] == at_close["r1"]["status"] == "complete"
+    if mode == "nak":
+        assert at_close["r2"]["status"] == "complete"
+    else:  # the restarted one's receipt: what it missed while it was down
+        assert at_close["r2"]["status"] == "incomplete"
+        assert at_close["r2"]["missing_by_reason"] == {
+            "missed_before_join": r2["missed_before_join"]}
     print({"sender": {k: s[k] for k in ("rate_msgs", "blocked_s", "credit_stalled_s")},
            "policy": s["policy"], "restarted": {k: r2[k] for k in ("delivered", "lost",
                                                                    "missed_before_join")}})

@@ -93,7 +93,11 @@ def test_without_flow_control_the_bottleneck_receiver_misses_data_and_says_so(la
     assert fast["delivered"] + fast["dropped"] + fast["lost"] == COUNT
     assert fast["senders"][0]["final_seq"] == COUNT
     assert slow["delivered"] < COUNT
-    # the sender left before the link could carry the rest: the stream is reported
-    # incomplete (END never reached it), not silently complete
+    # rx3 left (its --duration) before the link could carry the rest: the stream is
+    # reported incomplete there (END never reached it), not silently complete, and the
+    # sender, which waited for rx3's receipt, says it never had one
     assert [s["status"] for s in slow["senders"]] == ["incomplete"]
     assert slow["senders"][0]["final_seq"] is None
+    at_close = {c["receiver"]: c for c in run["sender"]["at_close"]}
+    assert at_close["rx1"]["status"] == "complete" or fast["dropped"]
+    assert at_close["rx3"]["status"] in ("gone", "unconfirmed")
