@@ -104,15 +104,17 @@ def window_rates(wall: list[float], delivered: list[float], a: float, b: float) 
 
 
 def measure(others: list[tuple[list[float], list[float]]], t_fault: float,
-            t_over: float) -> dict[str, Any]:
+            t_over: float, t_end: float | None = None) -> dict[str, Any]:
     """The others' mean rate per window around a fault at ``t_fault`` that ended at
-    ``t_over`` (wall clock)."""
+    ``t_over`` (wall clock), up to 2 s after it, but not past ``t_end``, when the sender
+    stopped sending (the windows after the stream ended are no stall)."""
     ahead = [r for w, d in others for r in window_rates(w, d, t_fault - 1.0, t_fault)]
     before = sum(ahead) / len(ahead) if ahead else 0.0
-    spans = [window_rates(w, d, t_fault + 0.05, t_over + 2.0) for w, d in others]
+    until = t_over + 2.0 if t_end is None else min(t_over + 2.0, t_end)
+    spans = [window_rates(w, d, t_fault + 0.05, until) for w, d in others]
     n = min((len(s) for s in spans), default=0)
     mean = [sum(s[i] for s in spans) / len(spans) for i in range(n)]
-    stalled = [window_rates(w, d, t_fault, t_over + 2.0) for w, d in others]
+    stalled = [window_rates(w, d, t_fault, until) for w, d in others]
     m2 = min((len(s) for s in stalled), default=0)
     mean2 = [sum(s[i] for s in stalled) / len(stalled) for i in range(m2)]
     return {"before": round(before),
@@ -190,7 +192,7 @@ def run_jgroups(args: argparse.Namespace, fault: str, classpath: str) -> dict[st
     if os.environ.get("FANOUT_DEBUG"):
         print(json.dumps({"sender": sender, "receivers": reports})[:3000], file=sys.stderr)
     row = measure([(r["timeline"]["wall"], r["timeline"]["delivered"])
-                   for r in reports[:n - 1]], t_fault, t_over)
+                   for r in reports[:n - 1]], t_fault, t_over, sender["started_at"] + seconds)
     row["faulty_missing"] = (sender["sent"] - reports[-1]["delivered"]) if fault == "stop" else None
     row["sent"] = sender["sent"]
     row["receivers"] = [
@@ -255,7 +257,12 @@ def run_nakflow(args: argparse.Namespace, system: str, fault: str) -> dict[str, 
     def series(r: dict[str, Any]) -> tuple[list[float], list[float]]:
         return [r["started_at"] + t for t in r["timeline"]["t"]], r["timeline"]["delivered"]
 
-    row = measure([series(r) for r in reports[:n - 1]], t_fault, t_over)
+    if os.environ.get("FANOUT_DUMP"):  # every report, for tracing a run
+        with open(os.environ["FANOUT_DUMP"], "w") as f:
+            json.dump({"t_start": t_start, "t_fault": t_fault, "t_over": t_over,
+                       "sender": sender, "receivers": reports}, f)
+    row = measure([series(r) for r in reports[:n - 1]], t_fault, t_over,
+                  t_start + seconds - 0.1)
     row["faulty_missing"] = (sender["sent"] - reports[-1]["delivered"]) if fault == "stop" else None
     row["faulty_told"] = (  # of those, told beyond the history (not silent)
         reports[-1]["beyond_history"] if fault == "stop" else None)
@@ -379,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     if bad or args.receivers < 2 or args.fault_at >= args.seconds:
         p.error(f"faults are {','.join(FAULTS)}; at least 2 receivers; --fault-at before "
                 "--seconds")
+    if "stop" in args.faults and args.fault_at + args.stop_for + 2.0 > args.seconds:
+        log(f"note: sending ends {args.seconds - args.fault_at - args.stop_for:g} s after "
+            "the stop (the others' windows are measured up to 2 s after it, not past the "
+            "end of the stream)")
     if (not in_private_netns() and os.geteuid() == 0 and shutil.which("unshare")
             and "jgroups" in args.systems):
         env = dict(os.environ, NAKFLOW_PRIVATE_NETNS="1")

@@ -23,10 +23,15 @@ MAX_GAPS = 512
 
 
 class Gap:
-    __slots__ = ("due", "hi", "kind", "lo", "tries")
+    """``[lo, hi)`` of one ``kind``; ``due``: when to ask next; ``tries``: requests so far;
+    ``held_to``: the seq below which the sender was asked to hold it (own drops)."""
 
-    def __init__(self, lo: int, hi: int, kind: int, due: float, tries: int = 0) -> None:
+    __slots__ = ("due", "held_to", "hi", "kind", "lo", "tries")
+
+    def __init__(self, lo: int, hi: int, kind: int, due: float, tries: int = 0,
+                 held_to: int = 0) -> None:
         self.lo, self.hi, self.kind, self.due, self.tries = lo, hi, kind, due, tries
+        self.held_to = held_to
 
 
 class GapList:
@@ -72,8 +77,8 @@ class GapList:
                 i += 1
                 continue
             out.append((o_lo, o_hi, g.kind))
-            left = Gap(g.lo, o_lo, g.kind, g.due, g.tries) if g.lo < o_lo else None
-            right = Gap(o_hi, g.hi, g.kind, g.due, g.tries) if o_hi < g.hi else None
+            left = Gap(g.lo, o_lo, g.kind, g.due, g.tries, g.held_to) if g.lo < o_lo else None
+            right = Gap(o_hi, g.hi, g.kind, g.due, g.tries, g.held_to) if o_hi < g.hi else None
             parts = [p for p in (left, right) if p is not None]
             gaps[i:i + 1] = parts
             starts[i:i + 1] = [p.lo for p in parts]
@@ -86,7 +91,7 @@ class GapList:
         """Cut ``gap`` at seq ``at`` (inside it); returns the upper part, which keeps the
         lower part's kind and tries (a large gap is asked for a piece at a time)."""
         i = self.gaps.index(gap)
-        upper = Gap(at, gap.hi, gap.kind, gap.due, gap.tries)
+        upper = Gap(at, gap.hi, gap.kind, gap.due, gap.tries, gap.held_to)
         gap.hi = at
         self.gaps.insert(i + 1, upper)
         self._starts.insert(i + 1, at)

@@ -250,9 +250,10 @@ class ReceiverCore(Endpoint):
         self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
         self.flow.on_sender_gone(key)
         self.signals.forget(frame.sender)
-        # every END (a repeat too: the sender did not get the receipt) is answered once the
-        # stream is settled here (``_receipts``)
-        remember(self._receipts_due, key, self.tracker.max_streams)
+        if heard:  # every END of a stream heard here (a repeat too: the sender did not get
+            # the receipt) is answered once the stream is settled here (``_receipts``); a
+            # made-up sender's END gets nothing
+            remember(self._receipts_due, key, self.tracker.max_streams)
         if heard and key not in self.ends:
             self.ends[key] = frame.final_seq
             if len(self.ends) > self.tracker.max_streams:  # bounded, like the tracker

@@ -4,10 +4,12 @@ A new gap waits a random hold-off (the NAKs' truncated exponential), so that whe
 many receivers miss the same frame a few ask and the rest overhear them; a gap
 someone else asked for is not asked for again until ``retry_s`` passed without the
 repair. Seqs the receiver's own full queue dropped are asked for only once the fill
-is below ``refill_below`` (room is back). After ``max_requests`` with no repair of
-that stream arriving in between (a sender gone or unreachable), a gap is given up.
-Requests are multicast feedback (REPAIR) like NAKs. No clock, no randomness of its
-own: ``now`` and ``rng`` come in.
+is below ``refill_below`` (room is back); meanwhile, at once, the sender is asked to
+hold them (a REPAIR with ``hold``: at most one every HOLD_EVERY_S per stream), so the
+history still has them when room comes however fast it moves on. After
+``max_requests`` with no repair of that stream arriving in between (a sender gone or
+unreachable), a gap is given up. Requests are multicast feedback (REPAIR) like NAKs.
+No clock, no randomness of its own: ``now`` and ``rng`` come in.
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ from typing import Any
 from ._codec import MAX_RANGES, Repair
 from ._config import RepairConfig
 from ._fill import Uniform, backoff_delay
-from ._gaps import LOST, OWN_KINDS, GapList
+from ._gaps import DROPPED, DROPPED_OWN, LOST, OWN_KINDS, GapList
 from ._seqtrack import SequenceTracker
+
+#: A stream's own drops are asked to be held at most this often, s: a queue that
+#: overflows drops message by message, and one hold frame per look would flood the
+#: feedback channel; the history keeps far longer than this.
+HOLD_EVERY_S = 0.01
 
 
 class RepairRequester:
@@ -44,6 +51,9 @@ class RepairRequester:
         self.given_up = 0
         self.keepalives = 0  # one-message requests sent while the queue had no room
         self._kept_alive_at = -math.inf
+        self.holds_sent = 0  # REPAIR frames asking the sender to hold own drops
+        self.msgs_held = 0
+        self._held_at: dict[tuple[str, int], float] = {}  # stream -> its last hold
 
     def set_rtt(self, rtt_s: float) -> None:
         """The senders' group RTT: a request is asked again no sooner than its repair can
@@ -75,12 +85,19 @@ class RepairRequester:
             gaps = tracker.with_gaps.get(key)
             if gaps is None:
                 continue
+            holds, hold_due = self._holds(key, gaps, fill, now)
             ranges, due = self._due_ranges(key, gaps, fill, now)
+            due = min(due, hold_due)
             if not gaps:
                 del tracker.with_gaps[key]
+                self._held_at.pop(key, None)
             elif due < scheduled.get(key, math.inf):
                 scheduled[key] = due
                 heapq.heappush(heap, (due, key))
+            for i in range(0, len(holds), MAX_RANGES):
+                out.append(Repair(self.stream, self.receiver, key[0], key[1],
+                                  tuple(holds[i:i + MAX_RANGES]), now, True, True))
+                self.holds_sent += 1
             for to_me in (False, True):  # others may miss these too; these only I miss
                 mine = [(lo, hi) for lo, hi, own in ranges if own == to_me]
                 for i in range(0, len(mine), MAX_RANGES):
@@ -89,8 +106,35 @@ class RepairRequester:
         if len(heap) > 4 * len(scheduled) + 64:  # drop stale entries now and then
             self._heap = [(d, k) for d, k in heap if scheduled.get(k) == d]
             heapq.heapify(self._heap)
+        if len(self._held_at) > 2 * len(tracker.with_gaps) + 64:
+            self._held_at = {k: v for k, v in self._held_at.items() if k in tracker.with_gaps}
         self.requests_sent += len(out)
         return out
+
+    def _holds(self, key: tuple[str, int], gaps: GapList, fill: float,
+               now: float) -> tuple[list[tuple[int, int]], float]:
+        """What this receiver's own queue dropped and the sender has not yet been asked to
+        hold, while there is no room to ask for it (below ``refill_below`` it is asked for
+        at once anyway); and when to look again if the last hold went too recently."""
+        if fill < self.config.refill_below or self.capacity_msgs is None:
+            return [], math.inf
+        todo = [g for g in gaps if g.kind in (DROPPED, DROPPED_OWN) and g.held_to < g.hi]
+        if not todo:
+            return [], math.inf
+        last = self._held_at.get(key, -math.inf)
+        if now - last < HOLD_EVERY_S:
+            return [], last + HOLD_EVERY_S
+        self._held_at[key] = now
+        out: list[tuple[int, int]] = []
+        for g in todo:
+            lo = max(g.lo, g.held_to)
+            if out and out[-1][1] == lo:
+                out[-1] = (out[-1][0], g.hi)
+            else:
+                out.append((lo, g.hi))
+            self.msgs_held += g.hi - lo
+            g.held_to = g.hi
+        return out, math.inf
 
     def _due_ranges(self, key: tuple[str, int], gaps: GapList, fill: float,
                     now: float) -> tuple[list[tuple[int, int, bool]], float]:
@@ -179,7 +223,8 @@ class RepairRequester:
     def snapshot(self) -> dict[str, Any]:
         return {"requests_sent": self.requests_sent, "msgs_requested": self.msgs_requested,
                 "requests_suppressed": self.suppressed, "given_up": self.given_up,
-                "keepalives": self.keepalives,
+                "keepalives": self.keepalives, "holds_sent": self.holds_sent,
+                "msgs_held": self.msgs_held,
                 "streams_missing": len(self.tracker.with_gaps)}
 
 

@@ -42,6 +42,7 @@ class RepairServer:
         self.targeted = 0  # messages re-sent to one receiver alone
         self.pending = 0  # messages asked for and not yet re-sent
         self.requests = 0
+        self.holds = 0  # requests to hold (REPAIR with hold): included in requests
         self.frames = 0
         self.last_request = -1e300
         self.due_at = math.inf  # when to look at the queue again (inf: empty)
@@ -55,9 +56,13 @@ class RepairServer:
         self.last_request = now
 
     def on_request(self, frame: Repair, *, now: float) -> list[tuple[int, int]]:
-        """Queue what ``frame`` asks for; returns the ranges no longer held (for GONE)."""
+        """Queue what ``frame`` asks for (or, for a hold, keep it for that receiver: see
+        ``SendHistory.hold``); returns the ranges no longer held (for GONE)."""
         self.requests += 1
         self.last_request = now
+        if frame.hold:
+            self.holds += 1
+            return self.history.hold(frame.ranges, now=now, who=frame.receiver)
         slices, gone = self.history.lookup(frame.ranges, now=now,
                                            who=frame.receiver if frame.to_me else "")
         cap, target = self.config.history_msgs, frame.receiver if frame.to_me else None
@@ -142,5 +147,5 @@ class RepairServer:
         return max(0.0, min(quiet_until, end) - now)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"requests": self.requests, "frames": self.frames, "pending": self.pending,
-                "targeted": self.targeted, **self.history.snapshot()}
+        return {"requests": self.requests, "holds": self.holds, "frames": self.frames,
+                "pending": self.pending, "targeted": self.targeted, **self.history.snapshot()}

@@ -68,9 +68,11 @@ class ReceiverRoster:
         return first
 
     def on_bye(self, node: str) -> bool:
-        """True if ``node`` was present."""
-        remember(self.left, node)
-        return self.present.pop(node, 0) is None
+        """True if ``node`` was present (then it counts as ``left``)."""
+        if self.present.pop(node, 0) is None:
+            remember(self.left, node)
+            return True
+        return False
 
     def _sample(self, node: str, rtt_s: float) -> None:
         """The group RTT is the largest of the latest samples of the RTT_PEERS receivers

@@ -28,6 +28,7 @@ from typing import Any
 from ._admission import ALLOWANCE_MSGS, ALLOWANCE_S, Admission
 from ._auth import FrameAuth
 from ._batch import FrameBatcher
+from ._bucket import TokenBucket
 from ._close import CloseTally, receiver_of
 from ._codec import SIGNAL_CODES, Bye, Hello, Nak, Receipt, Repair, decode
 from ._config import SenderConfig
@@ -77,6 +78,7 @@ class SenderCore(Endpoint):
                                        max_rate_msgs=cfg.max_rate_msgs)
         self.policy.t0 = now
         self.admission = Admission(self.policy)
+        self._floor = TokenBucket(cfg.nak.min_rate_msgs, burst_s=0.05)
         self.repairs = (RepairServer(cfg.repair, multicast=multicast)
                         if cfg.mode == "nak" and cfg.repair.enabled else None)
         self.mac = None if cfg.shared_key is None else FrameAuth(cfg.shared_key)
@@ -132,6 +134,20 @@ class SenderCore(Endpoint):
         adm = self.admission
         adm.give_back()
         self._serve_repairs(now)  # repairs asked for go ahead of new data
+        if self._owed_in_full(now):  # the history holds only what receivers are owed
+            pause = self._floor.request(1, now=now)
+            if pause:
+                if not wait:
+                    adm.refused += 1
+                    return math.inf
+                self.flush(now)
+                adm.block(now, pause)
+                return pause
+            adm.unblock(now)
+            r = self.batch.offer(payload, now)
+            if r:
+                self._settle(r, payload, now)
+            return 0.0
         if not adm.take(now):
             if not wait:
                 adm.refused += 1
@@ -158,6 +174,15 @@ class SenderCore(Endpoint):
         while i < n and i - start < MAX_BATCH_MSGS and (size < MAX_BATCH_BYTES or i == start):
             size += len(payloads[i])
             i += 1
+        if self._owed_in_full(now):
+            i = start + 1  # one at a time, at the floor rate
+            pause = self._floor.request(1, now=now)
+            if pause:
+                self.admission.block(now, pause)
+                return 0, pause
+            self.admission.unblock(now)
+            self._data_frame(payloads[start:i], now, now)
+            return 1, 0.0
         granted, wait = self.policy.admit(i - start, now=now)
         if not granted:
             if self.admission.block(now, wait):
@@ -171,6 +196,14 @@ class SenderCore(Endpoint):
     def batch_offer(self, payloads: Sequence[bytes]) -> BatchOffer:
         """``payloads`` to offer as a batch (``offer_batch``), a part at a time."""
         return BatchOffer(self, payloads)
+
+    def _owed_in_full(self, now: float) -> bool:
+        """The history's byte bound is full of frames kept for receivers that asked to
+        have them held: rather than forget what they are owed, the sender goes on at its
+        floor (``NakConfig.min_rate_msgs``: no feedback can stop a sender) until those
+        pins are served or end."""
+        rs = self.repairs
+        return rs is not None and rs.history.kept_bytes > 0 and rs.history.over(now)
 
     def flush(self, now: float) -> None:
         """The frame being built leaves now."""
@@ -262,7 +295,7 @@ class SenderCore(Endpoint):
             return
         self.feedback_frames += 1
         node = receiver_of(frame)
-        if node is not None:
+        if node is not None and type(frame) is not Bye:  # a BYE is no sign of life
             self.roster.heard(node, now)
         if type(frame) is Receipt:
             if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):
@@ -274,6 +307,8 @@ class SenderCore(Endpoint):
         elif type(frame) is Bye:
             if frame.role == "receiver" and self.roster.on_bye(frame.node):
                 self.policy.on_receiver_bye(frame.node)
+                if self.repairs is not None:
+                    self.repairs.history.release(frame.node)
                 self._event(ReceiverLeft(frame.node, "bye"))
         elif type(frame) is Repair:
             if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):

@@ -82,16 +82,29 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None)
     return Verdict(line, problems)
 
 
-def at_close_problems(at_close: list[dict[str, Any]], *, live_only: bool = False) -> list[str]:
+#: Receivers named one a line in a verdict, at most; the rest are counted in one line.
+VERDICT_RECEIVERS = 8
+
+
+def at_close_problems(at_close: list[dict[str, Any]], *, live_only: bool = False,
+                      counts: dict[str, int] | None = None) -> list[str]:
     """One line per receiver the close did not find complete (``snapshot()["at_close"]``):
-    ``receiver r3: incomplete (beyond_history 65)``. ``live_only``: leave out the
-    receivers that were gone (BYE, silent, disconnected)."""
+    ``receiver r3: incomplete (beyond_history 65)``, at most VERDICT_RECEIVERS of them
+    and a line counting the rest (of ``counts``, ``snapshot()["at_close_counts"]``, if
+    given: the report lists a bounded number). ``live_only``: leave out the receivers
+    that were gone (BYE, silent, disconnected)."""
     out = []
-    for c in at_close:
-        if c["status"] == "complete" or (live_only and c["status"] == "gone"):
-            continue
+    short = [c for c in at_close
+             if c["status"] != "complete" and not (live_only and c["status"] == "gone")]
+    for c in short[:VERDICT_RECEIVERS]:
         why = f" ({c['why']})" if c.get("why") else ""
         out.append(f"receiver {c['receiver']}: {c['status']}{why}")
+    total = len(short) if counts is None else sum(
+        n for status, n in counts.items()
+        if status != "complete" and not (live_only and status == "gone"))
+    if total > len(out):
+        out.append(f"{total - len(out):,} more receivers not complete (the report's "
+                   "at_close_counts)")
     return out
 
 
@@ -113,7 +126,8 @@ def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
     rate = sent / elapsed if elapsed > 0 else 0.0
     line = (f"sent {_n(sent)} msgs in {elapsed:.1f} s ({_n(round(rate))} msgs/s) to "
             f"{receivers} receiver{'s' if receivers != 1 else ''}{_at_close_words(snap)}")
-    problems = at_close_problems(snap.get("at_close") or [])
+    problems = at_close_problems(snap.get("at_close") or [],
+                                 counts=snap.get("at_close_counts"))
     if planned is not None and sent < planned:
         problems.append(f"sent {_n(sent)} of the {_n(planned)} planned")
     if interrupted:

@@ -109,6 +109,8 @@ class LocalReceivers:
             self._ready_files.append(ready)
         self.data: list[str] = []
         self.feedback: list[str] = []
+        #: each receiver's metrics URL (with ``--metrics-port`` in ``extra``; else None)
+        self.metrics: list[str | None] = []
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Wait until every receiver has bound its endpoints."""
@@ -123,8 +125,22 @@ class LocalReceivers:
                 time.sleep(0.02)
             with open(path) as f:
                 info = json.load(f)
+            self.metrics.append(info.get("metrics"))
             for mine, theirs in ((self.data, info["data"]), (self.feedback, info["feedback"])):
                 mine.extend(u for u in theirs if u not in mine)
+
+    def delivered(self, i: int) -> int:
+        """Messages receiver ``i`` delivered so far, read from its metrics (it must have
+        been started with ``--metrics-port``)."""
+        import urllib.request
+
+        url = self.metrics[i]
+        if url is None:
+            raise RuntimeError("the receivers were started without --metrics-port")
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+                   if line.startswith("nakflow_messages_delivered_total"))
 
     def results(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
         """Wait for every receiver to finish; return their JSON reports."""

@@ -174,7 +174,8 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     at_close = snap.get("at_close") or []
     counts = snap.get("at_close_counts") or {}
     require = config.require_complete
-    short = [] if require == "none" else at_close_problems(at_close, live_only=require == "live")
+    short = [] if require == "none" else at_close_problems(
+        at_close, live_only=require == "live", counts=counts)
     if short:
         raise IncompleteDelivery(
             f"sender {identity.sender_id} epoch {identity.attempt} sent {snap['sent']:,} rows, "

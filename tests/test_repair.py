@@ -173,6 +173,11 @@ def test_an_overheard_request_suppresses_ours():
     assert len(rq.poll(0.0, now=0.2)) == 1  # the repair never came: ask ourselves
 
 
+def requested(out: list[Repair]) -> list[tuple[tuple[int, int], ...]]:
+    """The ranges of the requests in ``out`` (not the holds)."""
+    return [r.ranges for r in out if not r.hold]
+
+
 def test_dropped_messages_are_asked_for_only_once_room_is_back():
     """Without room, one message per retry_s (it keeps the senders' linger going, see
     below); the rest once the fill is below refill_below."""
@@ -181,9 +186,9 @@ def test_dropped_messages_are_asked_for_only_once_room_is_back():
     t.on_data("p", 1, 0, 10)
     for seq in (7, 8, 9):
         t.on_dropped("p", 1, seq)
-    assert [r.ranges for r in rq.poll(0.9, now=0.0)] == [((7, 8),)]
-    assert rq.poll(0.9, now=0.05) == []  # one per retry_s, no more
-    assert [r.ranges for r in rq.poll(0.4, now=0.08)] == [((8, 10),)]
+    assert requested(rq.poll(0.9, now=0.0)) == [((7, 8),)]
+    assert requested(rq.poll(0.9, now=0.05)) == []  # one per retry_s, no more
+    assert requested(rq.poll(0.4, now=0.08)) == [((8, 10),)]
     assert rq.keepalives == 1
 
 
@@ -199,11 +204,11 @@ def test_a_full_queue_still_asks_for_one_message_each_retry():
     t.on_data("p", 1, 0, 10)
     for seq in range(5, 10):
         t.on_dropped("p", 1, seq)
-    assert [r.ranges for r in rq.poll(1.0, now=0.0)] == [((5, 6),)]  # the stream goes on
+    assert requested(rq.poll(1.0, now=0.0)) == [((5, 6),)]  # the stream goes on
     assert rq.poll(1.0, now=0.05) == []
     t.on_end("p", 1, 10)
-    assert [r.ranges for r in rq.poll(1.0, now=0.1)] == [((5, 6),)]
-    assert [r.ranges for r in rq.poll(1.0, now=0.2)] == [((5, 6),)]  # asked again
+    assert requested(rq.poll(1.0, now=0.1)) == [((5, 6),)]
+    assert requested(rq.poll(1.0, now=0.2)) == [((5, 6),)]  # asked again
     asked = [seq for r in rq.poll(0.5, now=0.35) for lo, hi in r.ranges
              for seq in range(lo, hi)]
     assert asked == [5, 6, 7, 8, 9]  # room: all of it
@@ -218,7 +223,7 @@ def test_a_request_that_only_keeps_the_linger_going_is_not_a_try():
     t.on_data("p", 1, 0, 10)
     t.on_dropped("p", 1, 9)
     for i in range(6):
-        assert [r.ranges for r in rq.poll(1.0, now=i * 0.101)] == [((9, 10),)]
+        assert requested(rq.poll(1.0, now=i * 0.101)) == [((9, 10),)]
     assert rq.given_up == 0 and rq.keepalives == 6
     asked = [r.ranges for r in rq.poll(0.2, now=0.61)]  # room: a real request, a try
     assert asked == [((9, 10),)] and rq.keepalives == 6
@@ -369,3 +374,104 @@ def test_after_end_the_sender_lingers_while_a_receiver_still_naks():
     behind = closed_at(3.0)
     assert 3.0 < behind < 3.0 + 1.0
     assert closed_at(3.0, SIGNAL_CODES["queue"]) < 1.0
+
+
+# -- holds: what a full queue dropped, kept for it ------------------------------------
+def test_own_drops_are_asked_to_be_held_at_once_the_new_part_at_most_every_10_ms():
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, refill_below=0.8),
+                         capacity_msgs=100)
+    t.on_data("p", 1, 0, 30)
+    t.on_data("p", 1, 40, 10)  # 30..39 lost in flight: asked for, never held
+    for seq in (42, 43, 44):
+        t.on_dropped("p", 1, seq)
+    t.on_dropped("p", 1, 47, own=True)
+
+    def holds(out: list[Repair]) -> list[tuple[tuple[int, int], ...]]:
+        assert all(r.to_me for r in out if r.hold)
+        return [r.ranges for r in out if r.hold]
+
+    assert holds(rq.poll(1.0, now=0.0)) == [((42, 45), (47, 48))]
+    t.on_dropped("p", 1, 45)  # the queue still overflows
+    assert holds(rq.poll(1.0, now=0.005)) == []  # not before HOLD_EVERY_S
+    assert holds(rq.poll(1.0, now=0.011)) == [((45, 46),)]  # only what is new
+    t.on_dropped("p", 1, 48)
+    assert holds(rq.poll(0.5, now=0.05)) == []  # room: asked for itself instead
+    assert rq.holds_sent == 2 and rq.msgs_held == 5
+
+
+def test_held_frames_outlive_the_bounds_for_history_age_s_and_serve_any_request():
+    h = SendHistory(cfg(history_msgs=20, history_bytes=10**9, history_age_s=5.0))
+    for seq in range(0, 40, 10):
+        h.add(seq, float(seq), [bytes([seq + i]) for i in range(10)], 10, now=0.0)
+    assert h.oldest_seq == 20
+    assert h.hold([(0, 5)], now=0.0, who="r") == [(0, 5)]  # already gone: GONE now
+    assert h.hold([(21, 23), (35, 36)], now=0.0, who="r") == []
+    for seq in range(40, 80, 10):  # the history moves on past 21 and 35
+        h.add(seq, float(seq), [bytes([seq + i]) for i in range(10)], 10, now=1.0)
+    assert h.oldest_seq == 60 and h.kept_bytes == 20
+    slices, gone = h.lookup([(19, 24), (34, 37)], now=2.0, who="r")
+    # whole frames are kept: 20..29 and 30..39; 10..19 was not held
+    assert [(s.seq, list(s.payloads)) for s in slices] == [
+        (20, [bytes([20]), bytes([21]), bytes([22]), bytes([23])]),
+        (34, [bytes([34]), bytes([35]), bytes([36])])]
+    assert gone == [(19, 20)]
+    assert h.kept_served_msgs == 7
+    h.trim(now=5.01)  # the pins end history_age_s after the hold
+    assert h.kept_bytes == 0 and h.lookup([(21, 22)], now=5.01, who="r")[1] == [(21, 22)]
+
+
+def test_one_receiver_pins_at_most_its_share_and_a_full_bound_says_over():
+    h = SendHistory(cfg(history_msgs=10**9, history_bytes=400, history_age_s=5.0))
+    for seq in range(40):
+        h.add(seq, 0.0, [b"x"], 10, now=0.0)
+    assert h.hold([(0, 40)], now=0.0, who="a") == []
+    assert h.hold_refused_msgs == 30  # 100 bytes of 400: 10 frames of 10
+    for who in "bcd":
+        h.hold([(0, 40)], now=0.0, who=who)
+    for seq in range(40, 80):  # pushes everything pinned out of the history
+        h.add(seq, 0.0, [b"x"], 10, now=0.1)
+    assert h.kept_bytes == 100 and not h.over(0.2)  # all four pinned the same frames
+    h2 = SendHistory(cfg(history_msgs=10**9, history_bytes=400, history_age_s=5.0))
+    for seq in range(40):
+        h2.add(seq, 0.0, [b"x"], 10, now=0.0)
+    for i, who in enumerate("abcd"):
+        h2.hold([(10 * i, 10 * i + 10)], now=0.0, who=who)
+    for seq in range(40, 80):
+        h2.add(seq, 0.0, [b"x"], 10, now=0.1)
+    assert h2.kept_bytes == 400 and h2.over(0.2) and h2.msgs == 0
+    h2.release("a")  # a receiver that leaves (BYE) frees its pins
+    assert not h2.over(0.3) and h2.kept_bytes == 300
+    assert not h2.over(5.0) and h2.kept_bytes == 0  # and every pin ends by itself
+
+
+def test_a_sender_whose_history_is_full_of_held_frames_slows_to_its_floor():
+    """Rather than forget what receivers asked to have held, the sender goes on at
+    NakConfig.min_rate_msgs until pins are served or end; no feedback stops it."""
+    def core(history_bytes: int) -> SenderCore:
+        return SenderCore(SenderConfig(sender_id="p", epoch=1, linger_s=0.0,
+                                       repair=cfg(history_msgs=10**9,
+                                                  history_bytes=history_bytes,
+                                                  history_age_s=5.0)), now=0.0)
+
+    probe = core(10**6)
+    probe.offer(b"x" * 10, 0.0)
+    frame = len(probe.frames_to_send()[0])  # one message a frame (linger 0)
+    tx = core(40 * frame)  # each receiver may pin 10 frames (PIN_SHARE)
+    for i in range(100):
+        tx.offer(b"x" * 10, 0.001 * i)
+    assert len(tx.frames_to_send()) == 100
+    for i, who in enumerate("abcd"):  # four receivers, ten frames each (all it holds)
+        hold = Repair("default", who, "p", 1, ((60 + 10 * i, 70 + 10 * i),), 0.1, True, True)
+        tx.receive_feedback(encode(hold), 0.1)
+    rs = tx.repairs
+    assert rs is not None
+    sent, now, admitted = tx.framer.seq, 0.2, 0
+    while now < 1.2:  # 1 s: the policy alone would admit thousands
+        if tx.offer(b"y" * 10, now) == 0.0:
+            admitted += 1
+        now += 0.0005
+    assert rs.history.over(now) and rs.history.kept_bytes == 40 * frame
+    assert 45 <= admitted <= 55 + 3  # min_rate_msgs (50/s) and its burst
+    assert tx.framer.seq - sent == admitted
+    assert tx.snapshot(now)["blocked_s"] > 0.5

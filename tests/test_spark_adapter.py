@@ -17,7 +17,7 @@ import time
 import msgpack
 import pytest
 
-from nakflow import ConfigError
+from nakflow import ConfigError, RepairConfig
 from nakflow.receiver import Receiver
 from nakflow.tables import parse_table
 from spark_adapter import (
@@ -350,3 +350,135 @@ def test_make_demo_output_is_only_nakflow_s(tmp_path):
         assert (out / png).stat().st_size > 10_000
     log = next(line for line in run.stderr.splitlines() if "Spark's own log" in line)
     assert "log4j" in pathlib.Path(log.split(": ", 1)[1]).read_text()  # the noise went there
+
+
+# -- the exact close in Spark tasks ---------------------------------------------------
+def _when_delivered(rx, i: int, n: int, timeout_s: float = 60.0) -> None:
+    """Wait until receiver ``i`` delivered ``n`` messages (read from its metrics)."""
+    end = time.monotonic() + timeout_s
+    while rx.delivered(i) < n:
+        assert time.monotonic() < end, f"receiver {i} did not deliver {n} in {timeout_s} s"
+        time.sleep(0.02)
+
+
+def _in_background(fn):
+    """Run ``fn`` in a thread; the returned function joins it and returns or raises."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # handed to the caller
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    def result(timeout_s: float = 180.0):
+        t.join(timeout_s)
+        assert not t.is_alive(), "the job did not end"
+        if "error" in out:
+            raise out["error"]
+        return out["value"]
+
+    return result
+
+
+def _receivers(n: int, *, senders: int, extra: tuple[str, ...] = ()):
+    from nakflow.testing import LocalReceivers, ReceiverSpec
+
+    specs = [ReceiverSpec(f"r{i}", capacity_msgs=5_000, drop_duplicates=True)
+             for i in range(n)]
+    return LocalReceivers(specs, mode="nak", senders=senders, stream="test", duration_s=120,
+                          extra=["--metrics-port", "0", *extra])
+
+
+@on_local
+def test_a_receiver_stopped_mid_job_is_waited_for_and_every_row_arrives_once(spark):
+    """Receiver r1 is stopped (SIGSTOP) for 2 s mid-job, past the end of both tasks'
+    sending: each task's close waits for it (silent for less than receiver_gone_s), it
+    catches up, confirms, and the job ends with every row at both receivers, once, and
+    every task's metrics say both receivers hold its rows."""
+    import signal
+
+    rows, parts = 120_000, 2
+    df = spark.range(rows, numPartitions=parts).selectExpr("id", "concat('row-', id) AS name")
+    df.count()  # the Python workers are up before anything is timed
+    with _receivers(2, senders=parts) as rx:
+        rx.wait_ready()
+        cfg = WriterConfig(rx.data, rx.feedback, stream="test", wait_receivers=2)
+        job = _in_background(lambda: send_with_metrics(df, cfg).collect())
+        _when_delivered(rx, 1, rows // 10)
+        rx.procs[1].send_signal(signal.SIGSTOP)
+        time.sleep(2.0)  # the stop itself (what is tested is what follows)
+        rx.procs[1].send_signal(signal.SIGCONT)
+        metrics = job()
+        reports = rx.results(60)
+    for r in reports:
+        assert (r["delivered"], r["duplicates"]) == (rows, 0), r["receiver_id"]
+        assert [s["status"] for s in r["senders"]] == ["complete"] * parts
+    assert sorted(m["partition"] for m in metrics) == list(range(parts))
+    for m in metrics:
+        assert m["attempt"] == 0 and m["receivers_complete"] == 2, m
+        assert m["at_close"] == {"r0": "complete", "r1": "complete"}
+
+
+@on_local
+def test_a_killed_receiver_is_reported_gone_never_complete(spark):
+    """Receiver r1 is killed mid-job: the tasks succeed (require_complete="live": a
+    receiver that died is reported, not waited for) and every task's metrics row says r1
+    is gone, and the other complete; the survivor has every row once."""
+    import signal
+
+    rows, parts = 120_000, 2
+    df = spark.range(rows, numPartitions=parts).selectExpr("id", "concat('row-', id) AS name")
+    df.count()
+    with _receivers(2, senders=parts) as rx:
+        rx.wait_ready()
+        cfg = WriterConfig(rx.data, rx.feedback, stream="test", wait_receivers=2)
+        job = _in_background(lambda: send_with_metrics(df, cfg).collect())
+        _when_delivered(rx, 1, rows // 10)
+        rx.procs[1].send_signal(signal.SIGKILL)
+        metrics = job()
+        survivor = json.loads(rx.procs[0].communicate(timeout=60)[0].strip().splitlines()[-1])
+    assert (survivor["delivered"], survivor["duplicates"]) == (rows, 0)
+    for m in metrics:
+        assert m["attempt"] == 0
+        assert m["at_close"]["r0"] == "complete" and m["at_close"]["r1"].startswith("gone"), m
+        assert (m["receivers_complete"], m["receivers_gone"]) == (1, 1)
+
+
+@on_local
+def test_a_task_whose_live_receiver_lacks_rows_fails_and_its_retry_delivers_them_once(spark):
+    """Receiver r1 comes up while the task is sending (the task waits for one receiver
+    only), and the sender's history is too short for it to catch up on what it missed
+    (late join): its receipt says so, the task fails with IncompleteDelivery, Spark
+    retries it, and the retry (r1 there from the start) delivers every row at both
+    receivers, once (their dedupe drops what the first attempt delivered)."""
+    import signal
+
+    from nakflow.testing import LocalReceivers, ReceiverSpec
+
+    rows = 60_000
+    df = spark.range(rows, numPartitions=1).selectExpr("id", "concat('row-', id) AS name")
+    df.count()
+    specs = [ReceiverSpec(f"r{i}", capacity_msgs=5_000, drop_duplicates=True)
+             for i in range(2)]
+    # two streams at each receiver: the failed attempt's and the retry's
+    with LocalReceivers(specs, mode="nak", senders=2, stream="test", duration_s=120,
+                        extra=["--metrics-port", "0"]) as rx:
+        rx.wait_ready()
+        rx.procs[1].send_signal(signal.SIGSTOP)  # bound, but not up yet
+        cfg = WriterConfig(rx.data, rx.feedback, stream="test", wait_receivers=1,
+                           repair=RepairConfig(history_msgs=500), max_rate_msgs=20_000)
+        job = _in_background(lambda: send_with_metrics(df, cfg).collect())
+        _when_delivered(rx, 0, rows // 10)
+        rx.procs[1].send_signal(signal.SIGCONT)
+        metrics = job()
+        reports = rx.results(60)
+    for r in reports:
+        assert r["delivered"] == rows and r["duplicates"] > 0, r["receiver_id"]
+        streams = sorted(r["senders"], key=lambda x: x["epoch"])
+        assert [x["epoch"] for x in streams] == [0, 1] and streams[1]["status"] == "complete"
+    (m,) = metrics
+    assert m["attempt"] == 1 and m["at_close"] == {"r0": "complete", "r1": "complete"}
