@@ -30,6 +30,7 @@ from ._errors import (
     IncompleteDelivery,
     LocalProtocolError,
     NakflowError,
+    PeerMismatch,
     ProtocolError,
 )
 from ._receiver_core import Message, ReceiverCore
@@ -74,6 +75,7 @@ __all__ = [
     "Message",
     "NakConfig",
     "NakflowError",
+    "PeerMismatch",
     "ProtocolError",
     "Receiver",
     "ReceiverConfig",

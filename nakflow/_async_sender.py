@@ -16,6 +16,7 @@ import zmq.asyncio
 from transports import (
     DisconnectWatch,
     SocketOptions,
+    check_pairs,
     drain,
     is_multicast,
     open_pub,
@@ -25,6 +26,7 @@ from transports import (
 
 from ._async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
 from ._config import SenderConfig, with_overrides
+from ._errors import PeerMismatch
 from ._sender_core import SenderCore
 from .events import Event
 
@@ -40,13 +42,14 @@ class AsyncSender:
         cfg = with_overrides(config, SenderConfig, overrides).named(
             f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
         t0 = time.monotonic()
-        data_uris = parse_endpoints(data)
+        data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
+        check_pairs(data_uris, fb_uris)
         self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0,
                                multicast=any(map(is_multicast, data_uris)))
         self._on_event = on_event
         ctx: Any = context or zmq.asyncio.Context.instance()  # its sockets are asyncio's
         self._apub, _ = open_pub(ctx, data_uris, bind=False, options=options)
-        self._asub, _ = open_sub(ctx, parse_endpoints(feedback), bind=False, options=options)
+        self._asub, _ = open_sub(ctx, fb_uris, bind=False, options=options)
         self._pub, self._sub = shadow(self._apub), shadow(self._asub)
         self._watch = DisconnectWatch(self._apub) if self.core.watches_connections else None
         self._timer = LoopTimer(self._on_timer)
@@ -90,13 +93,17 @@ class AsyncSender:
                 await self._wait(offer, wait, now, timeout)
 
     async def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
-        """Wait until ``n`` receivers answered HELLO (in ack mode: and granted credit)."""
+        """Wait until ``n`` receivers answered HELLO (in ack mode: and granted credit).
+        Raises TimeoutError, or PeerMismatch as soon as a receiver that answered runs
+        another mode or holds another shared key."""
         core, now = self.core, time.monotonic()
         end = now + timeout
         core.want_receivers(n, now)
         self._transmit()
         try:
             while (ready := core.receivers_ready()) < n:
+                if (problem := core.wait_problem()) is not None:
+                    raise PeerMismatch(problem)
                 if time.monotonic() >= end:
                     raise TimeoutError(f"{ready} of {n} receivers answered in {timeout} s")
                 await self._progressed(end - time.monotonic())

@@ -117,12 +117,17 @@ def emit(result: dict[str, Any], as_json: bool, file: Any = None,
 
 
 def say_verdict(command: str, verdict: Verdict, allow_loss: bool) -> int:
-    """Print the verdict on stderr; the exit status it means."""
+    """Print the verdict on stderr; the exit status it means (docs/exit-codes.md): 1 for
+    any problem, but ``--allow-loss`` excuses missing data (not peers configured
+    differently)."""
     print(f"nakflow {command}: {verdict.line}", file=sys.stderr, flush=True)
     for problem in verdict.problems:
-        print(f"nakflow {command}: {'note' if allow_loss else 'problem'}: {problem}",
+        excused = allow_loss and problem not in verdict.mismatches
+        print(f"nakflow {command}: {'note' if excused else 'problem'}: {problem}",
               file=sys.stderr, flush=True)
-    return 0 if allow_loss or not verdict.problems else EXIT_INCOMPLETE
+    if verdict.mismatches or (verdict.problems and not allow_loss):
+        return EXIT_INCOMPLETE
+    return 0
 
 
 def socket_options(args: argparse.Namespace) -> Any:
@@ -180,7 +185,7 @@ def serve_metrics(args: argparse.Namespace, source: Any) -> Any:
     from .prometheus import serve_metrics as serve
 
     server = serve(source, port=args.metrics_port, addr=args.metrics_addr)
-    log.warning("metrics on %s", server.url)
+    log.info("metrics on %s", server.url)
     return server
 
 
@@ -262,14 +267,21 @@ def cmd_receive(args: argparse.Namespace) -> int:
     from .sinks import SinkError, open_sink
 
     _distinct_endpoints(args.data, args.feedback)
-    sink = open_sink(args.sink, args.stream) if args.sink else None
-    rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
-                  receiver_id=args.id, capacity_msgs=args.capacity, overflow=args.overflow,
-                  drop_duplicates=args.drop_duplicates, overhear=args.overhear or (),
-                  max_streams=args.max_streams,
-                  options=socket_options(args), shared_key=shared_key(args),
-                  repair=repair_config(args), test_data_loss=args.test_drop_data,
-                  ack=AckConfig(max_share=args.ack_max_share), nak=nak_config(args))
+    # a service runs until a signal; a one-shot receive until --senders or --duration
+    one_shot = args.senders is not None or args.duration is not None
+    sink = open_sink(args.sink, args.stream) if args.sink else None  # checked before ready
+    try:
+        rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
+                      receiver_id=args.id, capacity_msgs=args.capacity,
+                      overflow=args.overflow, drop_duplicates=args.drop_duplicates,
+                      overhear=args.overhear or (), max_streams=args.max_streams,
+                      options=socket_options(args), shared_key=shared_key(args),
+                      repair=repair_config(args), test_data_loss=args.test_drop_data,
+                      ack=AckConfig(max_share=args.ack_max_share), nak=nak_config(args))
+    except BaseException:
+        if sink is not None:
+            sink.abandon()
+        raise
     metrics = serve_metrics(args, rx)
     if args.ready_file:
         with open(args.ready_file + ".tmp", "w") as f:
@@ -277,8 +289,9 @@ def cmd_receive(args: argparse.Namespace) -> int:
                        "id": rx.receiver_id,
                        "metrics": None if metrics is None else metrics.url}, f)
         os.replace(args.ready_file + ".tmp", args.ready_file)
-    print(f"nakflow receive: ready ({args.mode}, queue {args.capacity:,}): senders connect "
-          f"to --data {','.join(rx.data_endpoints)} --feedback "
+    where = "" if metrics is None else f", metrics on {metrics.url}"
+    print(f"nakflow receive: ready ({args.mode}, queue {args.capacity:,}{where}): senders "
+          f"connect to --data {','.join(rx.data_endpoints)} --feedback "
           f"{','.join(rx.feedback_endpoints)}", file=sys.stderr, flush=True)
     log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id, rx.data_endpoints,
              rx.feedback_endpoints, args.mode)
@@ -290,6 +303,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
     take = rx.get_many if deliveries is None else _logged(rx.get_many, deliveries)
     consumer = _Consumer(args, take, sink)
     t0 = time.monotonic()
+    interrupted: Interrupted | None = None
     try:
         while consumer.error is None:
             now = time.monotonic()
@@ -299,8 +313,9 @@ def cmd_receive(args: argparse.Namespace) -> int:
                 break
             consumer.step(now - t0, now)
     except Interrupted as exc:
-        log.warning("stopping on %s: draining %d queued message(s)", exc,
-                    rx.snapshot()["queued"])
+        interrupted = exc
+        print(f"nakflow receive: stopping on {exc}: draining {rx.snapshot()['queued']:,} "
+              "queued message(s)", file=sys.stderr, flush=True)
     finally:
         rx.close()
     while True:  # after close the queue is ours: hand it over (or count it drained)
@@ -325,15 +340,21 @@ def cmd_receive(args: argparse.Namespace) -> int:
     if sink is not None:
         snap["sink"] = {"target": sink.name, "written": sink.written,
                         "not_written": consumer.unsunk, "error": consumer.error}
-    verdict = receiver_verdict(snap, expect_senders=args.senders)
+    verdict = receiver_verdict(snap, expect_senders=args.senders, service=not one_shot)
     snap["summary"] = verdict.line
     snap["problems"] = verdict.problems
+    snap["stopped_by"] = None if interrupted is None else str(interrupted)
     emit(snap, args.json, file=sys.stderr if args.sink in ("-", "stdout") else None,
          keys=PLAIN_KEYS["receive"])
     status = say_verdict("receive", verdict, args.allow_loss)
     if snap["error"] is not None or consumer.error is not None:
-        return EXIT_INCOMPLETE
-    return status  # a signal is how a service stops: the verdict says if it was clean
+        return EXIT_INCOMPLETE  # the receiver or its sink failed
+    if interrupted is not None and one_shot:  # stopped before --senders or --duration
+        print(f"nakflow receive: interrupted by {interrupted} before it finished",
+              file=sys.stderr, flush=True)
+        return 128 + interrupted.signum
+    # a service's signal is how it stops: clean (0) unless data was missing (1)
+    return status
 
 
 def _logged(get_many: Any, log: Any) -> Any:
@@ -344,20 +365,25 @@ def _logged(get_many: Any, log: Any) -> Any:
     return take
 
 
-def _distinct_endpoints(data: str, feedback: str) -> None:
-    from transports import parse_endpoints
+def _distinct_endpoints(data: str, feedback: str, *, pairs: bool = False) -> None:
+    """No endpoint named twice (both channels need their own); a sender's lists (``pairs``)
+    also one feedback endpoint per data endpoint over tcp/ipc. Raises ValueError."""
+    from transports import check_pairs, parse_endpoints
 
-    same = set(parse_endpoints(data)) & set(parse_endpoints(feedback))
+    d, f = parse_endpoints(data), parse_endpoints(feedback)
+    same = set(d) & set(f)
     if any(not u.endswith(":*") for u in same):
         raise ValueError(f"--data and --feedback both name {sorted(same)[0]}: each channel "
                          "needs its own endpoint (e.g. ports 5600 and 5601)")
+    if pairs:
+        check_pairs(d, f)
 
 
 # -- send ----------------------------------------------------------------------------
 def cmd_send(args: argparse.Namespace) -> int:
     from .sender import Sender
 
-    _distinct_endpoints(args.data, args.feedback)
+    _distinct_endpoints(args.data, args.feedback, pairs=True)
     payload = b"x" * args.size
     count = args.count if args.count is not None else (None if args.duration else 10_000)
     interrupted: str | None = None
@@ -368,11 +394,14 @@ def cmd_send(args: argparse.Namespace) -> int:
                 repair=repair_config(args), linger_s=args.linger_s,
                 frame_msgs=args.frame_msgs, nak=nak_config(args))
     metrics = serve_metrics(args, tx)
+    if metrics is not None:
+        print(f"nakflow send: metrics on {metrics.url}", file=sys.stderr, flush=True)
     ended = False
     try:
         if args.wait_receivers:
             _wait_for_receivers(tx, args)
-        print(f"nakflow send: {tx.core.receivers_ready()} receivers ready; sending "
+        ready = tx.core.receivers_ready()
+        print(f"nakflow send: {ready} receiver{'s' if ready != 1 else ''} ready; sending "
               f"({args.mode})", file=sys.stderr, flush=True)
         _send_all(tx, args, payload, count)
         tx.flush()

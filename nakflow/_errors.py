@@ -36,3 +36,10 @@ class IncompleteDelivery(NakflowError, RuntimeError):
         super().__init__(message)
         #: per receiver, what the sender's close learnt (``SenderCore.tally.report()``)
         self.at_close = at_close or []
+
+
+class PeerMismatch(NakflowError, RuntimeError):
+    """A peer that answered runs another mode, or seals its frames with another shared
+    key (or with none where this node has one, or one where it has none): the stream
+    cannot work until every side is configured alike. A sender waiting for receivers
+    raises it as soon as such a peer answers."""

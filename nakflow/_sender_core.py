@@ -273,6 +273,14 @@ class SenderCore(Endpoint):
         """Receivers that answered our HELLO and may be sent to (ack: have granted)."""
         return self.policy.ready(self.roster.answered)
 
+    def wait_problem(self) -> str | None:
+        """Why waiting for receivers cannot succeed (None: it still can): a peer that
+        answered runs another mode or holds another key, which no wait mends. The driver
+        stops waiting at once and raises ``PeerMismatch`` with this."""
+        if self.mismatch is None:
+            return None
+        return f"{self.mismatch} (check every side's --mode and --shared-key)"
+
     def wait_over(self, now: float) -> None:
         """The driver stopped waiting for admission (gave up): count the time waited."""
         self.admission.unblock(now)

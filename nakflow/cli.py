@@ -7,7 +7,10 @@ never imports the simulations or the Spark adapter.
 
 Bad arguments and environment problems (an endpoint without a port, a port in use, a
 missing key file, nobody answering) are one line on stderr and exit status 2; a run
-that delivered less than asked exits 1 after its report (``--allow-loss``: 0).
+that delivered less than asked, or met a peer of another mode or key, exits 1 after its
+report (``--allow-loss``: 0 for missing data); one interrupted before it finished exits
+128 + the signal. docs/exit-codes.md has the table (``EXIT_CODES`` below, in each
+command's ``--help``).
 """
 
 from __future__ import annotations
@@ -22,9 +25,17 @@ from typing import Any
 
 from . import __version__
 from ._batch import FRAME_MSGS, LINGER_S
-from ._commands import cmd_demo, cmd_keygen, cmd_receive, cmd_send, on_signals_interrupt
+from ._commands import (
+    EXIT_INCOMPLETE,
+    Interrupted,
+    cmd_demo,
+    cmd_keygen,
+    cmd_receive,
+    cmd_send,
+    on_signals_interrupt,
+)
 from ._config import MODES, NakConfig
-from ._errors import NakflowError
+from ._errors import IncompleteDelivery, NakflowError, PeerMismatch
 from .sinks import SINK_HELP
 
 log = logging.getLogger("nakflow.cli")
@@ -83,6 +94,29 @@ senders connect to every receiver's pair, given as comma-separated lists in the 
 order. Over IP multicast (epgm://) everybody joins the same two groups.
 Run 'nakflow COMMAND --help' for a command's options and examples."""
 
+#: The exit-code table, short, for the --help of each command (docs/exit-codes.md).
+EXIT_CODES = {
+    "send": "exit status: 0 every receiver confirmed the whole stream; 1 a receiver "
+            "incomplete, gone or unconfirmed at the close, fewer sent than planned, or a "
+            "receiver of another mode or key; 2 bad arguments or an unusable environment "
+            "(nobody answered within --wait-timeout); 130/143 interrupted (SIGINT/SIGTERM) "
+            "before END. --allow-loss: 0 for missing data. See docs/exit-codes.md.",
+    "receive": "exit status: 0 every stream complete (a service, without --senders and "
+               "--duration, stopped by SIGTERM/SIGINT after draining: 0 unless something was "
+               "missing); 1 messages missing, a peer of another mode or key, or the sink "
+               "failed; 2 bad arguments or an unusable environment (a port in use, a sink "
+               "that cannot start); 130/143 a one-shot receive interrupted before "
+               "--senders/--duration was met. --allow-loss: 0 for missing data. See "
+               "docs/exit-codes.md.",
+}
+
+
+def _epilog(examples: str, command: str) -> str:
+    import textwrap
+
+    return examples + "\n\n" + textwrap.fill(EXIT_CODES[command], width=88)
+
+
 RECEIVE_EXAMPLES = """\
 examples:
   # a receiver bound on ports 5600 (data) and 5601 (feedback), until one sender ends
@@ -94,8 +128,7 @@ examples:
       --sink "cmd:/opt/ingest" --metrics-port 9108
 
 It prints 'ready' with its endpoints, then at the end a report and one line:
-'delivered X of Y from N senders, Z missing (reasons)'; exit 1 if something was
-missing or a peer was configured differently (--allow-loss: 0), 2 on bad arguments."""
+'delivered X of Y from N senders, Z missing (reasons)'."""
 
 SEND_EXAMPLES = """\
 examples:
@@ -106,9 +139,9 @@ examples:
   nakflow send --data "epgm://10.0.0.5;239.192.1.1:5555" \\
       --feedback "epgm://10.0.0.5;239.192.1.2:5556" --duration 60
 
-It waits for --wait-receivers receivers to answer (exit 2 if none does), sends, ends
-the stream with END, and prints a report and one line; exit 1 if it could not send
-everything or a receiver asked for what the history no longer held (--allow-loss: 0)."""
+It waits for --wait-receivers receivers to answer, sends, ends the stream with END,
+waits for every receiver's receipt (the exact close), and prints a report and one line:
+'sent X msgs in T s (R msgs/s) to N receivers: N complete'."""
 
 KEYGEN_EXAMPLES = """\
 examples:
@@ -168,7 +201,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _receive_parser(sub: Any) -> None:
     r = sub.add_parser("receive", help="receive a stream and report what arrived",
-                       epilog=RECEIVE_EXAMPLES)
+                       epilog=_epilog(RECEIVE_EXAMPLES, "receive"))
     _common(r)
     r.add_argument("--capacity", type=_positive_int, default=10_000, help="queue bound, msgs")
     r.add_argument("--overflow", choices=("drop-newest", "drop-oldest", "block"),
@@ -220,7 +253,7 @@ def _receive_parser(sub: Any) -> None:
 
 def _send_parser(sub: Any) -> None:
     s = sub.add_parser("send", help="send a stream of fixed-size messages",
-                       epilog=SEND_EXAMPLES)
+                       epilog=_epilog(SEND_EXAMPLES, "send"))
     _common(s)
     d = NakConfig()
     s.add_argument("--count", type=_positive_int, default=None,
@@ -336,6 +369,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     on_signals_interrupt()
     try:
         return int(args.func(args))
+    except Interrupted as exc:  # a one-shot command stopped before it finished
+        print(f"nakflow {args.command}: interrupted by {exc} before it finished",
+              file=sys.stderr)
+        return 128 + exc.signum
+    except (PeerMismatch, IncompleteDelivery) as exc:  # the table's 1: a peer of another
+        print(f"nakflow {args.command}: error: {exc}", file=sys.stderr)  # mode or key,
+        return EXIT_INCOMPLETE  # or data missing
     except (NakflowError, ValueError, TimeoutError, SinkError) as exc:
         print(f"nakflow {args.command}: error: {exc}", file=sys.stderr)
     except zmq.ZMQError as exc:

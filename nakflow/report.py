@@ -25,10 +25,12 @@ MISSING_REASONS = ("lost", "dropped", "beyond_history", "missed_before_join")
 @dataclass(frozen=True)
 class Verdict:
     """``line``: what happened, in one line; ``problems``: what was not right (empty: all
-    was delivered, every peer agreed on the mode and key, somebody answered)."""
+    was delivered, every peer agreed on the mode and key, somebody answered); of them,
+    ``mismatches``: peers configured differently (``--allow-loss`` does not excuse those)."""
 
     line: str
     problems: list[str] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
 
 
 def _n(x: int) -> str:
@@ -46,10 +48,13 @@ def _mismatches(snap: dict[str, Any]) -> list[str]:
     return out
 
 
-def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None) -> Verdict:
+def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
+                     service: bool = False) -> Verdict:
     """``delivered X of Y from N senders, Z missing (reasons)``, and the problems: messages
     missing, senders that sent no END (or fewer than ``expect_senders`` did), nobody
-    heard, peers in another mode or with another key."""
+    heard, peers in another mode or with another key. A ``service`` (one that runs until
+    it is stopped) is judged on what it did get: streams still going when it stopped,
+    and hearing nobody, are no problem there."""
     streams = snap.get("senders") or []
     total = sum(s["final_seq"] if s["final_seq"] is not None else s["next_seq"]
                 for s in streams)
@@ -72,14 +77,16 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None)
     open_streams = len(streams) - ended
     if open_streams:
         line += f"; {open_streams} without END"
-        problems.append(f"{open_streams} sender(s) sent no END (stopped, or still sending)")
+        if not service:
+            problems.append(f"{open_streams} sender(s) sent no END (stopped, or still "
+                            "sending)")
     if expect_senders is not None and ended < expect_senders:
         problems.append(f"END from {ended} of the {expect_senders} senders expected")
-    if not streams:
+    if not streams and not service:
         problems.append("no sender was heard (check --data/--feedback and that senders "
                         "connect to these endpoints)")
-    problems += _mismatches(snap)
-    return Verdict(line, problems)
+    mismatches = _mismatches(snap)
+    return Verdict(line, problems + mismatches, mismatches)
 
 
 #: Receivers named one a line in a verdict, at most; the rest are counted in one line.
@@ -140,5 +147,5 @@ def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
     if repair.get("gone"):
         problems.append(f"{_n(repair['gone'])} messages receivers asked for were no longer "
                         "in the history (beyond_history; see --history-*)")
-    problems += _mismatches(snap)
-    return Verdict(line, problems)
+    mismatches = _mismatches(snap)
+    return Verdict(line, problems + mismatches, mismatches)

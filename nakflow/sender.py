@@ -22,6 +22,7 @@ import zmq
 from transports import (
     DisconnectWatch,
     SocketOptions,
+    check_pairs,
     drain,
     is_multicast,
     open_pub,
@@ -30,6 +31,7 @@ from transports import (
 )
 
 from ._config import SenderConfig, with_overrides
+from ._errors import PeerMismatch
 from ._rate_memory import RATE_MEMORY
 from ._sender_core import SenderCore
 from .events import Event
@@ -64,6 +66,7 @@ class Sender:
         t0 = time.monotonic()
         cfg = cfg.named(f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
+        check_pairs(data_uris, fb_uris)
         self._rate_key = ((cfg.stream, tuple(sorted(data_uris)))
                           if cfg.remember_rate and cfg.mode == "nak" else None)
         start = None if self._rate_key is None else RATE_MEMORY.recall(self._rate_key, now=t0)
@@ -167,13 +170,16 @@ class Sender:
     def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
         """Block until ``n`` receivers answered this sender's HELLO on the data channel
         (which proves the path up, against ZeroMQ's slow-joiner loss); in ``ack`` each
-        must also have granted. Raises TimeoutError."""
+        must also have granted. Raises TimeoutError, or PeerMismatch as soon as a
+        receiver that answered runs another mode or holds another shared key."""
         with self._lock:
             core, now = self.core, time.monotonic()
             end = now + timeout
             core.want_receivers(n, now)
             try:
                 while (ready := core.receivers_ready()) < n:
+                    if (problem := core.wait_problem()) is not None:
+                        raise PeerMismatch(problem)
                     if now >= end:
                         raise TimeoutError(f"{ready} of {n} receivers answered in {timeout} s")
                     self._service(now, max(0.0, min(end, self._timer_at(end)) - now))

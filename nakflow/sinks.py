@@ -7,9 +7,11 @@ credit) as with any slow application. Each message becomes one JSON line::
     {"stream": "orders", "sender": "s-1f…", "epoch": 1795…, "seq": 41, "ts": 1795….5,
      "payload": {"id": 41, …}}
 
-``payload`` is the msgpack-decoded value when the payload is msgpack whose value JSON can
-carry (what the Spark writer sends), else the UTF-8 text; payloads that are neither come
-as ``payload_b64`` (base64) instead. A sink that fails (a full disk, a command that
+``payload`` is the msgpack-decoded value when the payload is msgpack (what the Spark
+writer sends), written the way Spark's ``to_json`` writes values (``json_value``: bytes
+as base64, NaN and the infinities as strings; docs/types.md has the table per Spark
+type); else the UTF-8 text; payloads that are neither come as ``payload_b64`` (base64)
+instead. A sink that fails (a full disk, a command that
 exited) raises SinkError; the caller stops and reports how many messages it could not
 hand over, so nothing is lost silently.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -36,12 +39,40 @@ class SinkError(NakflowError):
     """The sink could not take messages."""
 
 
+def json_value(value: Any) -> Any:
+    """A msgpack-decoded value as JSON can carry it, the way Spark's ``to_json`` writes
+    it: bytes as base64, NaN and the infinities as the strings "NaN", "Infinity" and
+    "-Infinity", map keys as strings; the rest unchanged."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, msgpack.Timestamp):  # another producer's msgpack timestamp
+        return value.to_datetime().isoformat(timespec="microseconds")
+    if isinstance(value, dict):
+        return {_json_key(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    return value
+
+
+def _json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bytes, bytearray)):
+        return base64.b64encode(key).decode("ascii")
+    return json.dumps(json_value(key), separators=(",", ":"))
+
+
 def message_json(stream: str, msg: Message) -> str:
     """One message as a JSON line (without the newline)."""
     record: dict[str, Any] = {"stream": stream, "sender": msg.sender, "epoch": msg.epoch,
                               "seq": msg.seq, "ts": msg.ts}
     try:
-        record["payload"] = msgpack.unpackb(msg.payload, raw=False, strict_map_key=False)
+        record["payload"] = json_value(msgpack.unpackb(msg.payload, raw=False,
+                                                       strict_map_key=False))
         return json.dumps(record, separators=(",", ":"), allow_nan=False)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
             msgpack.StackError):
@@ -55,7 +86,8 @@ def message_json(stream: str, msg: Message) -> str:
 
 
 class JsonLinesSink:
-    """JSON lines to a binary stream; ``close`` flushes (and closes what it opened)."""
+    """JSON lines to a binary stream; ``close`` flushes (and closes what it opened);
+    ``abandon`` lets go of it when the receiver never started."""
 
     def __init__(self, stream: str, out: IO[bytes], owned: bool, name: str) -> None:
         self.stream, self.out, self.owned, self.name = stream, out, owned, name
@@ -70,6 +102,10 @@ class JsonLinesSink:
         except (OSError, ValueError) as exc:
             raise SinkError(f"sink {self.name} failed: {exc}") from exc
         self.written += len(msgs)
+
+    def abandon(self) -> None:
+        if self.owned:
+            self.out.close()
 
     def close(self) -> None:
         try:
@@ -86,12 +122,40 @@ class JsonLinesSink:
 
 
 class CommandSink(JsonLinesSink):
-    """JSON lines into a shell command's stdin; ``close`` waits for it to finish."""
+    """JSON lines into a shell command's stdin; ``close`` waits for it to finish.
+
+    Checked before the receiver says it is ready: a program that cannot be found or run,
+    or a command that ends within STARTUP_S (it cannot have read what is to come), is a
+    SinkError at once."""
+
+    #: A command that exits within this long of its start is taken for one that failed
+    #: to start (the shell's "not found", a wrong option), s.
+    STARTUP_S = 0.2
 
     def __init__(self, stream: str, command: str) -> None:
+        name = f"cmd:{command}"
+        _check_program(command, name)
         self.proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE)
+        try:
+            status = self.proc.wait(self.STARTUP_S)
+        except subprocess.TimeoutExpired:
+            status = None
+        if status is not None:
+            self.abandon()
+            why = {127: ": not found", 126: ": cannot be run"}.get(status, "")
+            raise SinkError(f"--sink {name}: the command exited at once with status "
+                            f"{status}{why} (its own message is above); it must read JSON "
+                            "lines on its stdin until they end")
         assert self.proc.stdin is not None
-        super().__init__(stream, self.proc.stdin, owned=True, name=f"cmd:{command}")
+        super().__init__(stream, self.proc.stdin, owned=True, name=name)
+
+    def abandon(self) -> None:
+        """The receiver never started: stop the command, quietly."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(10)
 
     def close(self) -> None:
         try:
@@ -101,6 +165,36 @@ class CommandSink(JsonLinesSink):
         status = self.proc.wait(60)
         if status != 0:
             raise SinkError(f"sink {self.name} exited with status {status}")
+
+
+def _check_program(command: str, name: str) -> None:
+    """The command's program exists and may be run (a shell builtin or a pipeline's later
+    programs are left to the start-up check)."""
+    import os
+    import shlex
+    import shutil
+
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise SinkError(f"--sink {name}: {exc}") from None
+    if not words:
+        raise SinkError(f"--sink {name}: no command given")
+    prog = words[0]
+    if "=" in prog or prog in ("exec", "cd", "env", "nice", "nohup", "time"):
+        return  # an assignment or a wrapper: the shell will tell
+    if "/" in prog:
+        if not os.path.isfile(prog):
+            raise SinkError(f"--sink {name}: {prog}: no such file")
+        if not os.access(prog, os.X_OK):
+            raise SinkError(f"--sink {name}: {prog}: not executable")
+    elif shutil.which(prog) is None and prog not in _SHELL_WORDS:
+        raise SinkError(f"--sink {name}: {prog}: command not found on PATH")
+
+
+#: Shell keywords and builtins a command may start with.
+_SHELL_WORDS = frozenset(("if", "for", "while", "case", "{", "(", "exec", "read", "echo",
+                          "printf", "set", "export", "ulimit", "umask", "trap", ":"))
 
 
 def open_sink(spec: str, stream: str) -> JsonLinesSink:

@@ -34,7 +34,10 @@ SIM_NOTES = {
 
 def register(sub: Any) -> None:
     p = sub.add_parser("simulate", help="latency simulations: ACK vs NAK at scale",
-                       description="Run a named scenario of the simulator once per mode.")
+                       description="Run a named scenario of the simulator once per mode.",
+                       epilog="exit status: 0 done (what a simulation loses is a result, "
+                              "not an error); 2 bad arguments; 130/143 interrupted. See "
+                              "docs/exit-codes.md.")
     p.add_argument("scenario", nargs="?", help="scenario name (see --list)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -126,7 +129,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(format_table(rows, notes=SIM_NOTES))
         print(engine_note(rows))
         if args.out:
-            print(f"wrote {args.out}/")
+            print(f"wrote {os.path.join(args.out, '')}")
     return 0
 
 

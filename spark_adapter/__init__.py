@@ -8,6 +8,7 @@ package imports without it (``pip install 'nakflow[spark]'`` to run jobs).
 """
 
 from .config import WriterConfig
+from .serialize import msgpack_serializer, row_to_msgpack
 from .writer import (
     METRICS_COLUMNS,
     METRICS_DDL,
@@ -17,7 +18,6 @@ from .writer import (
     metrics_frame,
     nakflow_batch_writer,
     nakflow_writer,
-    row_to_msgpack,
     send_and_collect,
     send_partition,
     send_with_metrics,
@@ -31,6 +31,7 @@ __all__ = [
     "current_task",
     "metrics_accumulator",
     "metrics_frame",
+    "msgpack_serializer",
     "nakflow_batch_writer",
     "nakflow_writer",
     "row_to_msgpack",

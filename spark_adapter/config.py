@@ -10,7 +10,7 @@ from typing import Any
 
 from nakflow import AckConfig, ConfigError, NakConfig, RepairConfig, check_mode
 from nakflow._batch import LINGER_S
-from transports import SocketOptions, is_multicast, parse_endpoints
+from transports import SocketOptions, check_pairs, is_multicast, parse_endpoints
 
 log = logging.getLogger("nakflow.spark")
 
@@ -112,6 +112,7 @@ class WriterConfig:
         for name in ("data", "feedback"):
             value: str | Sequence[str] = getattr(self, name)
             object.__setattr__(self, name, tuple(parse_endpoints(value)))
+        check_pairs(self.data, self.feedback)
         if not self.stream or len(self.stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
         if self.run_id is not None and not self.run_id:

@@ -12,8 +12,6 @@ sender's epoch, and a receiver with ``drop_duplicates`` delivers its rows once.
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
 import logging
 import os
 import socket
@@ -22,14 +20,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import msgpack
-
 from nakflow import IncompleteDelivery
 from nakflow.keyfile import load_shared_key
 from nakflow.report import at_close_problems
 from nakflow.sender import Sender
 
 from .config import WriterConfig
+from .serialize import msgpack_serializer, row_to_msgpack
 
 log = logging.getLogger("nakflow.spark")
 
@@ -48,33 +45,6 @@ METRICS_COLUMNS: tuple[tuple[str, str], ...] = (
     ("receivers_unconfirmed", "int"), ("at_close", "map<string,string>"),
 )
 METRICS_DDL = ", ".join(f"{name} {kind}" for name, kind in METRICS_COLUMNS)
-
-
-def _plain(value: Any) -> Any:
-    """msgpack ``default`` hook: Spark values msgpack has no type for."""
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytearray):
-        return bytes(value)
-    if isinstance(value, (set, frozenset)):
-        return list(value)
-    if hasattr(value, "asDict"):  # a nested Row
-        return value.asDict(recursive=True)
-    raise TypeError(f"cannot serialise {type(value).__name__}; pass serializer= to the config")
-
-
-def row_to_msgpack(row: Any) -> bytes:
-    """The default serializer: a Row becomes a msgpack map of column -> value.
-
-    Dates and timestamps become ISO 8601 strings and decimals strings; an RDD's
-    plain values (dicts, tuples, numbers, strings) are packed as they are.
-    """
-    if hasattr(row, "asDict"):
-        row = row.asDict(recursive=True)
-    out: bytes = msgpack.packb(row, default=_plain, use_bin_type=True, datetime=False)
-    return out
 
 
 @dataclass(frozen=True)
@@ -115,7 +85,7 @@ def _push(gateway: str, snap: dict[str, Any]) -> None:
 
 
 def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIdentity,
-                   ) -> dict[str, Any]:
+                   schema: Any = None) -> dict[str, Any]:
     """Send ``rows`` as one sender (id and epoch from ``identity``); return its metrics.
 
     Each row is sent with ``Sender.send`` (admitted one by one by the mode's policy)
@@ -125,7 +95,8 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     propagates (Spark retries). Raises ``nakflow.IncompleteDelivery`` after END when a
     receiver ``config.require_complete`` names did not confirm the whole stream.
     """
-    serialize: Callable[[Any], bytes] = config.serializer or row_to_msgpack
+    serialize: Callable[[Any], bytes] = config.serializer or (
+        row_to_msgpack if schema is None else msgpack_serializer(schema))
     ack = config.ack
     expected = config.receivers_expected
     if expected > ack.min_receivers:  # ack: send nothing before all have granted
@@ -209,12 +180,13 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     }
 
 
-def _task_send(config: WriterConfig, rows: Iterable[Any]) -> dict[str, Any]:
+def _task_send(config: WriterConfig, rows: Iterable[Any], schema: Any = None,
+               ) -> dict[str, Any]:
     assert config.run_id is not None  # pinned on the driver
-    return send_partition(config, rows, current_task(config.run_id))
+    return send_partition(config, rows, current_task(config.run_id), schema)
 
 
-def nakflow_writer(config: WriterConfig, *, metrics: Any = None,
+def nakflow_writer(config: WriterConfig, *, metrics: Any = None, schema: Any = None,
                    ) -> Callable[[Iterable[Any]], None]:
     """A function for ``df.foreachPartition`` / ``rdd.foreachPartition``.
 
@@ -222,11 +194,14 @@ def nakflow_writer(config: WriterConfig, *, metrics: Any = None,
         config: where and how to send; its run id is fixed here, on the driver.
         metrics: an accumulator from ``metrics_accumulator(sc)``; each successful task
             adds its metrics row (Spark counts a task's update once, failed attempts never).
+        schema: the DataFrame's schema (``df.schema``), for the default serializer: only
+            with it are ``timestamp_ntz`` columns sent as wall times rather than instants
+            (``spark_adapter.serialize``; PySpark hands both over as naive datetimes).
     """
     cfg = config.pinned()
 
     def write(rows: Iterable[Any]) -> None:
-        report = _task_send(cfg, rows)
+        report = _task_send(cfg, rows, schema)
         if metrics is not None:
             metrics.add([report])
 
@@ -244,7 +219,8 @@ def nakflow_batch_writer(config: WriterConfig, *, metrics: Any = None,
     cfg = config.pinned()
 
     def write_batch(batch_df: Any, batch_id: int) -> None:
-        batch_df.foreachPartition(nakflow_writer(cfg.for_batch(batch_id), metrics=metrics))
+        batch_df.foreachPartition(nakflow_writer(cfg.for_batch(batch_id), metrics=metrics,
+                                                 schema=batch_df.schema))
 
     return write_batch
 
@@ -256,9 +232,10 @@ def send_and_collect(data: Any, config: WriterConfig) -> list[dict[str, Any]]:
     """
     cfg = config.pinned()
     rdd = data.rdd if hasattr(data, "rdd") else data
+    schema = getattr(data, "schema", None)
 
     def per_partition(rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
-        yield _task_send(cfg, rows)
+        yield _task_send(cfg, rows, schema)
 
     reports: list[dict[str, Any]] = rdd.mapPartitions(per_partition).collect()
     return reports

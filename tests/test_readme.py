@@ -49,6 +49,14 @@ def test_python_api_snippet_delivers_everything_in_well_under_a_second(tmp_path)
     print(f"api.py ran in {elapsed:.2f} s (interpreter start and imports included)")
 
 
+def test_events_snippet(tmp_path) -> None:
+    (tmp_path / "events.py").write_text(SNIPPETS["events.py"])
+    out = run([sys.executable, "events.py"], tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["['ReceiverJoined', 'Confirmed', 'Closed']",
+                                       "complete 1"]
+
+
 def test_asyncio_snippet_ends_by_itself(tmp_path) -> None:
     (tmp_path / "aio.py").write_text(SNIPPETS["aio.py"])
     out = run([sys.executable, "aio.py"], tmp_path, timeout=60)

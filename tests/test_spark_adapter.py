@@ -267,11 +267,12 @@ def test_default_serializer_handles_spark_types():
     pytest.importorskip("pyspark")
     from pyspark.sql import Row
 
-    row = Row(id=1, day=dt.date(2026, 1, 2), at=dt.datetime(2026, 1, 2, 3, 4, 5),
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    row = Row(id=1, day=dt.date(2026, 1, 2), at=at,
               amount=decimal.Decimal("1.50"), blob=bytearray(b"ab"), nested=Row(k=2))
     assert msgpack.unpackb(row_to_msgpack(row)) == {
-        "id": 1, "day": "2026-01-02", "at": "2026-01-02T03:04:05", "amount": "1.50",
-        "blob": b"ab", "nested": {"k": 2}}
+        "id": 1, "day": "2026-01-02", "at": "2026-01-02T02:04:05.000000+00:00",
+        "amount": "1.50", "blob": b"ab", "nested": {"k": 2}}
     with pytest.raises(TypeError, match="serializer="):
         row_to_msgpack({"x": object()})
 
@@ -482,3 +483,21 @@ def test_a_task_whose_live_receiver_lacks_rows_fails_and_its_retry_delivers_them
         assert [x["epoch"] for x in streams] == [0, 1] and streams[1]["status"] == "complete"
     (m,) = metrics
     assert m["attempt"] == 1 and m["at_close"] == {"r0": "complete", "r1": "complete"}
+
+
+@on_local
+def test_a_receiver_of_another_mode_fails_the_job_at_once_naming_it(spark):
+    """A task's sender stops waiting as soon as the receiver answers and the task fails
+    with the cause (not after wait_timeout_s); Spark's retries fail the same way."""
+    rx = Collecting(1, "ack")
+    try:
+        cfg = WriterConfig(rx.data, rx.feedback, mode="nak", stream="test", wait_receivers=1,
+                           wait_timeout_s=120)
+        t0 = time.monotonic()
+        with pytest.raises(Exception, match=r"PeerMismatch: receiver r-\w+ runs mode 'ack', "
+                                            r"this sender runs 'nak'"):
+            spark.range(100, numPartitions=1).foreachPartition(nakflow_writer(cfg))
+        took = time.monotonic() - t0
+    finally:
+        rx.close()
+    assert took < 60, took  # four attempts, none of them waited wait_timeout_s out

@@ -1,0 +1,138 @@
+"""How Spark values travel: a row becomes one msgpack map, with values that mean the same
+thing wherever they are read.
+
+=========================  ===============================  ===========================
+Spark type                 a Python receiver gets            the JSON-line sink writes
+=========================  ===============================  ===========================
+byte/short/int/long        ``int``                           a number
+float/double               ``float`` (NaN and infinities     a number; NaN, Infinity and
+                           too)                              -Infinity as those strings
+boolean                    ``bool``                          true / false
+string                     ``str``                           a string
+binary                     ``bytes``                         a base64 string
+decimal(p, s)              ``str``, every digit kept         a string
+                           (``decimal.Decimal(value)``)
+date                       ``str`` ``2026-11-25``            a string
+timestamp                  ``str``, the instant in UTC at    a string
+                           microseconds:
+                           ``2026-11-25T10:00:00.000000+00:00``
+timestamp_ntz              ``str``, the wall time as given,  a string
+                           no offset:
+                           ``2026-11-25T10:00:00.000000``
+array, map, struct         ``list``, ``dict``, ``dict``      array, object, object
+null (any type)            ``None``                          null
+=========================  ===============================  ===========================
+
+A ``timestamp`` is an instant: PySpark hands a task a naive datetime in the Python
+worker's own time zone (its ``TZ``), which this module turns back into the instant and
+writes in UTC, so the result depends on no worker's or receiver's time zone. A
+``timestamp_ntz`` is a wall time with no zone, and stays one. PySpark gives both as naive
+datetimes, so only the schema tells them apart: ``msgpack_serializer(schema)`` (which
+``nakflow_writer(config, schema=df.schema)`` and ``send_with_metrics`` use) knows it;
+without a schema every naive datetime is taken for a ``timestamp``. The JSON-line sink's
+side is ``nakflow.sinks.json_value``; docs/types.md has this table and a snippet that
+reads a sink file back into pandas.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+__all__ = ["instant", "msgpack_serializer", "row_to_msgpack", "wall_time"]
+
+Convert = Callable[[Any], Any]
+
+
+def instant(value: _dt.datetime) -> str:
+    """A Spark ``timestamp`` as ISO 8601 in UTC at microseconds. A naive datetime is
+    taken in this process's local time zone (PySpark's form of a ``timestamp``)."""
+    return value.astimezone(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def wall_time(value: _dt.datetime) -> str:
+    """A Spark ``timestamp_ntz`` as ISO 8601 at microseconds, without an offset."""
+    return value.replace(tzinfo=None).isoformat(timespec="microseconds")
+
+
+def _plain(value: Any) -> Any:
+    """msgpack ``default`` hook: Spark values msgpack has no type for."""
+    if isinstance(value, _dt.datetime):
+        return instant(value)
+    if isinstance(value, _dt.date):
+        return value.isoformat()
+    if isinstance(value, _dt.time):
+        return value.isoformat(timespec="microseconds")
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    if hasattr(value, "asDict"):  # a nested Row
+        return value.asDict(recursive=True)
+    raise TypeError(f"cannot serialise {type(value).__name__}; pass serializer= to the config")
+
+
+def _pack(value: Any) -> bytes:
+    out: bytes = msgpack.packb(value, default=_plain, use_bin_type=True, datetime=False)
+    return out
+
+
+def row_to_msgpack(row: Any) -> bytes:
+    """The default serializer without a schema: a Row becomes a msgpack map of column ->
+    value (see the module's table); an RDD's plain values (dicts, tuples, numbers,
+    strings) are packed as they are. Every naive datetime is taken for a ``timestamp``."""
+    if hasattr(row, "asDict"):
+        row = row.asDict(recursive=True)
+    return _pack(row)
+
+
+def _converter(dtype: Any) -> Convert | None:
+    """What to do to a value of Spark type ``dtype`` before packing (None: nothing, the
+    default hook will do); only ``timestamp_ntz`` needs the schema's word."""
+    name = type(dtype).__name__
+    if name == "TimestampNTZType":
+        return lambda v: None if v is None else wall_time(v)
+    if name == "StructType":
+        fields = [(f.name, _converter(f.dataType)) for f in dtype.fields]
+        if all(c is None for _n, c in fields):
+            return None
+
+        def struct(v: Any) -> Any:
+            if v is None:
+                return None
+            d = v.asDict(recursive=False) if hasattr(v, "asDict") else dict(v)
+            for fname, conv in fields:
+                if conv is not None and fname in d:
+                    d[fname] = conv(d[fname])
+            return d
+        return struct
+    if name == "ArrayType":
+        elem = _converter(dtype.elementType)
+        if elem is None:
+            return None
+        return lambda v: None if v is None else [elem(x) for x in v]
+    if name == "MapType":
+        key, val = _converter(dtype.keyType), _converter(dtype.valueType)
+        if key is None and val is None:
+            return None
+        k, w = key or (lambda x: x), val or (lambda x: x)
+        return lambda v: None if v is None else {k(a): w(b) for a, b in v.items()}
+    return None
+
+
+def msgpack_serializer(schema: Any) -> Callable[[Any], bytes]:
+    """The default serializer for rows of ``schema`` (a ``pyspark.sql.types.StructType``):
+    as ``row_to_msgpack``, with ``timestamp_ntz`` fields kept as wall times."""
+    conv = _converter(schema)
+    if conv is None:
+        return row_to_msgpack
+
+    def serialize(row: Any) -> bytes:
+        return _pack(conv(row))
+    return serialize

@@ -1,0 +1,202 @@
+"""docs/exit-codes.md, row by row, with the real processes: what each command exits with,
+and that a misconfiguration fails at once with its real cause. Rows shown elsewhere are
+named in the table's doc; this file has the rest (and the fail-fast cases)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nakflow import ConfigError, PeerMismatch, Sender
+from nakflow.keyfile import write_shared_key
+from nakflow.testing import nakflow_cmd
+from spark_adapter import WriterConfig
+from transports import EndpointError
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def endpoints() -> tuple[str, str]:
+    return f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+
+
+def nakflow(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(nakflow_cmd(*args), capture_output=True, text=True, timeout=timeout)
+
+
+def receiver(data: str, feedback: str, *extra: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(nakflow_cmd("receive", "--data", data, "--feedback", feedback,
+                                        "--json", *extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # the ready line: it has bound
+    assert "nakflow receive: ready" in line, line + proc.communicate()[1]
+    return proc
+
+
+def last_line(text: str) -> str:
+    return [ln for ln in text.strip().splitlines() if "speedups" not in ln][-1]
+
+
+# -- 0 -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_idle_service_stopped_by_a_signal_exits_0(signum):
+    """A service (no --senders, no --duration) that heard nobody: a routine stop, not a
+    failure (a systemd unit with Restart=on-failure must not log one)."""
+    rx = receiver(*endpoints())
+    rx.send_signal(signum)
+    out, err = rx.communicate(timeout=30)
+    assert rx.returncode == 0, err
+    report = json.loads(out)
+    assert report["problems"] == [] and report["stopped_by"] == signal.Signals(signum).name
+
+
+def test_a_service_stopped_after_a_complete_stream_exits_0():
+    data, fb = endpoints()
+    rx = receiver(data, fb)
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "3000")
+    assert tx.returncode == 0, tx.stderr
+    assert "to 1 receiver: 1 complete" in tx.stderr
+    rx.send_signal(signal.SIGTERM)
+    out, err = rx.communicate(timeout=30)
+    assert rx.returncode == 0 and json.loads(out)["delivered"] == 3000, err
+
+
+# -- 1 -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("mine,theirs", [("ack", "nak"), ("nak", "ack")])
+def test_a_receiver_of_another_mode_fails_the_sender_at_once_naming_it(mine, theirs):
+    """The sender stops waiting as soon as the receiver answers (not after --wait-timeout)
+    and its last line says which receiver runs which mode."""
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--mode", theirs, "--id", "r-other", "--duration", "60")
+    try:
+        t0 = time.monotonic()
+        tx = nakflow("send", "--data", data, "--feedback", fb, "--mode", mine,
+                     "--wait-timeout", "60")
+        took = time.monotonic() - t0
+    finally:
+        rx.kill()
+        rx.communicate()
+    assert tx.returncode == 1, tx.stderr
+    line = last_line(tx.stderr)
+    assert "error: receiver r-other runs mode" in line and repr(theirs) in line, line
+    assert repr(mine) in line
+    assert took < 30, took  # far inside --wait-timeout: it did not wait that out
+
+
+def test_a_receiver_with_another_shared_key_fails_the_sender_at_once(tmp_path):
+    mine, theirs = write_shared_key(str(tmp_path), "a"), write_shared_key(str(tmp_path), "b")
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--shared-key", theirs, "--duration", "60")
+    try:
+        tx = nakflow("send", "--data", data, "--feedback", fb, "--shared-key", mine,
+                     "--wait-timeout", "60")
+    finally:
+        rx.kill()
+        rx.communicate()
+    assert tx.returncode == 1, tx.stderr
+    assert "another shared key" in last_line(tx.stderr)
+
+
+def test_peer_mismatch_in_python():
+    from nakflow import Receiver
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="ack") as rx, \
+            Sender(rx.data_endpoints, rx.feedback_endpoints, mode="nak") as tx, \
+            pytest.raises(PeerMismatch, match=r"runs mode 'ack'.*this sender runs 'nak'"):
+        tx.wait_for_receivers(1, timeout=60)
+
+
+def test_a_sink_that_dies_mid_stream_stops_the_service_with_1_and_says_what_it_wrote(
+        tmp_path):
+    """A real command that reads 100 lines and exits: the service stops, status 1, and
+    written + not_written covers every message delivered."""
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--sink", f"cmd:head -n 100 > {tmp_path / 'got'}",
+                  "--consume-rate", "5000")
+    with Sender(data, fb) as tx:
+        tx.wait_for_receivers(1, timeout=30)
+        for i in range(20_000):
+            if rx.poll() is not None:
+                break
+            tx.try_send(b"%d" % i)
+            if i % 500 == 0:
+                time.sleep(0.01)
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 1, err
+    sink = json.loads(out)["sink"]
+    assert sink["written"] >= 100 and sink["not_written"] > 0 and sink["error"]
+    assert sink["written"] + sink["not_written"] == json.loads(out)["delivered"]
+    assert len((tmp_path / "got").read_text().splitlines()) == 100
+
+
+# -- 2 -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("sink,words", [
+    ("cmd:/no/such/cmd", "/no/such/cmd: no such file"),
+    ("cmd:no-such-program-here --x", "no-such-program-here: command not found"),
+    ("cmd:true", "exited at once with status 0"),
+    ("cmd:sh -c 'exit 3'", "exited at once with status 3"),
+    ("file:/no/such/dir/out.jsonl", "cannot open /no/such/dir/out.jsonl"),
+])
+def test_a_sink_that_cannot_start_is_one_line_exit_2_and_no_ready(sink, words):
+    out = nakflow("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+                  "--sink", sink)
+    assert out.returncode == 2, out.stderr
+    assert "ready" not in out.stderr and words in last_line(out.stderr), out.stderr
+
+
+@pytest.mark.parametrize("data,feedback,words", [
+    ("tcp://127.0.0.1:5600,tcp://127.0.0.1:5610", "tcp://127.0.0.1:5601",
+     "2 data endpoints and 1 feedback endpoint"),
+    ("tcp://127.0.0.1:5600,tcp://127.0.0.1:5600", "tcp://127.0.0.1:5601,tcp://127.0.0.1:5611",
+     "tcp://127.0.0.1:5600 is named twice"),
+])
+def test_endpoint_lists_that_do_not_pair_are_refused(data, feedback, words):
+    out = nakflow("send", "--data", data, "--feedback", feedback)
+    assert out.returncode == 2 and words in last_line(out.stderr), out.stderr
+    for make in (lambda: Sender(data, feedback), lambda: WriterConfig(data, feedback)):
+        with pytest.raises(ValueError, match=words):
+            make()
+    assert issubclass(EndpointError, ValueError) and issubclass(ConfigError, ValueError)
+
+
+# -- 128 + signal ------------------------------------------------------------------------
+def test_a_one_shot_receive_interrupted_before_it_finished_exits_128_plus_the_signal():
+    rx = receiver(*endpoints(), "--senders", "1")
+    rx.send_signal(signal.SIGTERM)
+    out, err = rx.communicate(timeout=30)
+    assert rx.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted by SIGTERM before it finished" in last_line(err)
+    assert json.loads(out)["stopped_by"] == "SIGTERM"  # its report came first
+
+
+def test_simulate_interrupted_exits_130():
+    proc = subprocess.Popen(nakflow_cmd("simulate", "fanout-sweep"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # its first run is done: the sweep is under way
+    assert first.startswith("[simulate]"), first
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted by SIGINT" in last_line(err) and "Traceback" not in err
+
+
+def test_the_help_of_each_command_states_its_exit_codes():
+    for command in ("send", "receive", "eval", "simulate"):
+        out = subprocess.run([sys.executable, "-m", "nakflow", command, "--help"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "exit status:" in out.stdout, command
+        assert "docs/exit-codes.md" in out.stdout.replace("\n", " ")
