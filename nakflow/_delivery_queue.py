@@ -150,9 +150,12 @@ class DeliveryQueue:
         return True
 
     # -- the I/O thread's side -------------------------------------------------
-    def put(self, pending: deque[Item]) -> tuple[dict[Key, int], list[Message]]:
+    def put(self, pending: deque[Item], hold: bool = False,
+            ) -> tuple[dict[Key, int], list[Message]]:
         """Move ``pending`` into the queue, applying the overflow policy (``block`` leaves
-        what does not fit in ``pending``): (messages enqueued per stream, those dropped)."""
+        what does not fit in ``pending``, as any policy does with ``hold``, the core's word
+        that what comes is its own backlog): (messages enqueued per stream, those
+        dropped)."""
         enq: dict[Key, int] = {}
         dropped: list[Message] = []
         if not pending:
@@ -166,7 +169,7 @@ class DeliveryQueue:
                 pending.clear()
             while pending:
                 if len(q) >= cap:
-                    if self.overflow == "block":
+                    if hold or self.overflow == "block":
                         break
                     if self.overflow == "drop-newest":
                         dropped.append(pending.popleft()[1])

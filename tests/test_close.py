@@ -258,3 +258,25 @@ def test_what_a_full_queue_drops_is_held_for_it_and_repaired_however_short_the_h
     assert held["held"] >= run.rxs[1].dropped and held["kept_served"] > 0
     assert run.rxs[1].requester is not None and run.rxs[1].requester.holds_sent > 0
     assert run.at_close()["r1"]["status"] == "complete"
+
+
+def test_a_receiver_back_from_a_stop_takes_its_backlog_at_its_pace_and_drops_none_of_it():
+    """Receiver 1 is stopped for 1 s; what was sent meanwhile waits for it (its socket,
+    the sender's pipe). Back, it reads that backlog only as fast as its queue empties: it
+    drops none of it (before: it read the backlog at full speed into a full queue, dropped
+    most of it in pieces, and asked the sender's history for each piece again)."""
+    run = Run(2, messages=60_000, capacity=1_000, consume=20)
+    while run.tx.sent < 10_000:
+        run.step()
+    stop_until = run.link.now + 1.0
+    while run.link.now < stop_until:
+        run.step(stopped={1})
+    resumed, sent_then = run.link.now, run.tx.sent
+    dropped_at_resume = run.rxs[1].dropped
+    while run.rxs[1].tracker.streams[("s", 1)].next_seq < sent_then:  # through the backlog
+        run.step()
+        assert run.link.now < resumed + 30
+    assert run.rxs[1].dropped == dropped_at_resume  # nothing of its own backlog dropped
+    run.until_closed()
+    run.settle()
+    assert run.stream(1)["status"] == "complete"

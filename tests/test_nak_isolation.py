@@ -51,7 +51,7 @@ def test_a_paused_consumer_says_so_once_then_is_silent():
     class Queue:
         delivered, depth, full = 0, 0, False
 
-        def put(self, pending):  # keeps everything
+        def put(self, pending, hold=False):  # keeps everything
             n = len(pending)
             pending.clear()
             self.depth += n
