@@ -26,7 +26,7 @@ from transports import (
 
 from ._async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
 from ._config import SenderConfig, with_overrides
-from ._errors import PeerMismatch
+from ._errors import KeyMismatch, PeerMismatch
 from ._sender_core import SenderCore
 from .events import Event
 
@@ -37,13 +37,14 @@ class AsyncSender:
     def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
                  config: SenderConfig | None = None, *, options: SocketOptions | None = None,
                  context: zmq.asyncio.Context | None = None,
-                 on_event: Callable[[Event], object] | None = None, **overrides: Any) -> None:
+                 on_event: Callable[[Event], object] | None = None,
+                 feedback_proxy: bool = False, **overrides: Any) -> None:
         no_curve(options)
         cfg = with_overrides(config, SenderConfig, overrides).named(
             f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
         t0 = time.monotonic()
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
-        check_pairs(data_uris, fb_uris)
+        check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
         self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0,
                                multicast=any(map(is_multicast, data_uris)))
         self._on_event = on_event
@@ -101,13 +102,18 @@ class AsyncSender:
         core.want_receivers(n, now)
         self._transmit()
         try:
-            while (ready := core.receivers_ready()) < n:
-                if (problem := core.wait_problem()) is not None:
+            while True:
+                if (ready := core.receivers_ready()) >= n:
+                    return ready
+                if (problem := core.wait_problem(time.monotonic())) is not None:
                     raise PeerMismatch(problem)
                 if time.monotonic() >= end:
+                    problem = core.wait_problem(time.monotonic(), timed_out=True)
+                    if problem is not None:
+                        raise KeyMismatch(problem) if core.answer_mismatch is None \
+                            else PeerMismatch(problem)
                     raise TimeoutError(f"{ready} of {n} receivers answered in {timeout} s")
                 await self._progressed(end - time.monotonic())
-            return ready
         finally:
             core.want_receivers(0, time.monotonic())
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ._bucket import TokenBucket
 from ._config import AckConfig, NakConfig, RepairConfig
+from ._errors import PeerMismatch
 from .report import Verdict, receiver_verdict, sender_verdict
 
 log = logging.getLogger("nakflow.cli")
@@ -282,19 +283,6 @@ def cmd_receive(args: argparse.Namespace) -> int:
         if sink is not None:
             sink.abandon()
         raise
-    metrics = serve_metrics(args, rx)
-    if args.ready_file:
-        with open(args.ready_file + ".tmp", "w") as f:
-            json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
-                       "id": rx.receiver_id,
-                       "metrics": None if metrics is None else metrics.url}, f)
-        os.replace(args.ready_file + ".tmp", args.ready_file)
-    where = "" if metrics is None else f", metrics on {metrics.url}"
-    print(f"nakflow receive: ready ({args.mode}, queue {args.capacity:,}{where}): senders "
-          f"connect to --data {','.join(rx.data_endpoints)} --feedback "
-          f"{','.join(rx.feedback_endpoints)}", file=sys.stderr, flush=True)
-    log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id, rx.data_endpoints,
-             rx.feedback_endpoints, args.mode)
     deliveries = None
     if args.deliveries:
         from .testing import DeliveryLog
@@ -302,9 +290,23 @@ def cmd_receive(args: argparse.Namespace) -> int:
         deliveries = DeliveryLog()
     take = rx.get_many if deliveries is None else _logged(rx.get_many, deliveries)
     consumer = _Consumer(args, take, sink)
-    t0 = time.monotonic()
+    metrics = None
     interrupted: Interrupted | None = None
-    try:
+    try:  # from here on a signal stops the receiver the orderly way
+        metrics = serve_metrics(args, rx)
+        if args.ready_file:
+            with open(args.ready_file + ".tmp", "w") as f:
+                json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
+                           "id": rx.receiver_id,
+                           "metrics": None if metrics is None else metrics.url}, f)
+            os.replace(args.ready_file + ".tmp", args.ready_file)
+        where = "" if metrics is None else f", metrics on {metrics.url}"
+        print(f"nakflow receive: ready ({args.mode}, queue {args.capacity:,}{where}): "
+              f"senders connect to --data {','.join(rx.data_endpoints)} --feedback "
+              f"{','.join(rx.feedback_endpoints)}", file=sys.stderr, flush=True)
+        log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id,
+                 rx.data_endpoints, rx.feedback_endpoints, args.mode)
+        t0 = time.monotonic()
         while consumer.error is None:
             now = time.monotonic()
             if args.duration is not None and now - t0 >= args.duration:
@@ -383,15 +385,17 @@ def _distinct_endpoints(data: str, feedback: str, *, pairs: bool = False) -> Non
 def cmd_send(args: argparse.Namespace) -> int:
     from .sender import Sender
 
-    _distinct_endpoints(args.data, args.feedback, pairs=True)
+    _distinct_endpoints(args.data, args.feedback, pairs=not args.feedback_proxy)
     payload = b"x" * args.size
     count = args.count if args.count is not None else (None if args.duration else 10_000)
     interrupted: str | None = None
+    mismatch: PeerMismatch | None = None
     status_if_interrupted = 0
     tx = Sender(args.data, args.feedback, mode=args.mode, stream=args.stream,
                 sender_id=args.id, max_rate_msgs=args.max_rate,
                 options=socket_options(args), shared_key=shared_key(args),
                 repair=repair_config(args), linger_s=args.linger_s,
+                feedback_proxy=args.feedback_proxy,
                 frame_msgs=args.frame_msgs, nak=nak_config(args))
     metrics = serve_metrics(args, tx)
     if metrics is not None:
@@ -408,6 +412,8 @@ def cmd_send(args: argparse.Namespace) -> int:
         ended = True
     except Interrupted as exc:
         interrupted, status_if_interrupted = f"interrupted by {exc}", 128 + exc.signum
+    except PeerMismatch as exc:  # another mode or key: the cause is known, nothing sent
+        mismatch = exc
     except TimeoutError as exc:
         interrupted, status_if_interrupted = f"gave up: {exc}", EXIT_INCOMPLETE
     except BaseException:
@@ -422,6 +428,11 @@ def cmd_send(args: argparse.Namespace) -> int:
     snap = tx.snapshot()
     if metrics is not None:
         metrics.close()
+    if mismatch is not None:  # the report, then the cause as the last line
+        snap["summary"], snap["problems"] = f"error: {mismatch}", [str(mismatch)]
+        emit(snap, args.json, keys=PLAIN_KEYS["send"])
+        print(f"nakflow send: error: {mismatch}", file=sys.stderr, flush=True)
+        return EXIT_INCOMPLETE
     verdict = sender_verdict(snap, planned=count, interrupted=interrupted)
     snap["summary"] = verdict.line
     snap["problems"] = verdict.problems
@@ -437,6 +448,8 @@ class NoReceivers(ValueError):
 def _wait_for_receivers(tx: Any, args: argparse.Namespace) -> None:
     try:
         tx.wait_for_receivers(args.wait_receivers, timeout=args.wait_timeout)
+    except PeerMismatch:
+        raise  # the cause is known (another mode, another key): exit 1, not 2
     except TimeoutError as exc:
         raise NoReceivers(
             f"{exc}; start the receivers first ('nakflow receive'), check that --data and "

@@ -48,8 +48,9 @@ class Endpoint:
         #: none where this node has one, or one where it has none)
         self.mode_mismatch = 0
         self.key_mismatch = 0
-        #: the first peer configured differently, in words (None: none yet)
-        self.mismatch: str | None = None
+        #: the first frame refused for its shared key, in words (None: none yet): a peer
+        #: with another key, or none, or a forger (it cannot be told which)
+        self.key_mismatch_detail: str | None = None
         self._warned: set[str] = set()
 
     def _open(self, buf: bytes, now: float, decoder: Callable[..., Any]) -> Any:
@@ -62,17 +63,18 @@ class Endpoint:
         except AuthError as exc:
             if exc.reason == "unknown_key" or (exc.reason == "unsigned" and _is_frame(buf)):
                 self.key_mismatch += 1  # a real peer with another key, or with none
-                self.mismatch = self.mismatch or (
-                    "a peer seals its frames with another shared key" if exc.reason ==
-                    "unknown_key" else "a peer sends unsealed frames (it has no shared key)")
+                self.key_mismatch_detail = self.key_mismatch_detail or (
+                    "frames sealed with another shared key" if exc.reason == "unknown_key"
+                    else "unsealed frames (from a peer without a shared key)")
             self._warn("auth", f"frame refused: {exc} (counted in snapshot()['auth'])")
             return None
         except ProtocolError:
             self.malformed += 1
             if auth is None and looks_sealed(buf):
                 self.key_mismatch += 1
-                self.mismatch = self.mismatch or ("a peer seals its frames with a shared "
-                                                  f"key, but this {self.node_desc} has none")
+                self.key_mismatch_detail = self.key_mismatch_detail or (
+                    f"frames sealed with a shared key, and this {self.node_desc.split()[0]} "
+                    "has none")
                 self._warn("auth", f"frames are sealed with a shared key, but this "
                            f"{self.node_desc} has none (shared_key=)")
             return None
@@ -104,8 +106,6 @@ class Endpoint:
         """A peer runs another mode: counted, an event the first time, logged once."""
         if not self.mode_mismatch:
             self._event(Mismatch("mode", what))
-            self.mismatch = self.mismatch or f"{what}, this {self.node_desc.split()[0]} " \
-                f"runs {self.mode!r}"
         self.mode_mismatch += 1
         self._warn("mode", what)
 

@@ -43,3 +43,9 @@ class PeerMismatch(NakflowError, RuntimeError):
     key (or with none where this node has one, or one where it has none): the stream
     cannot work until every side is configured alike. A sender waiting for receivers
     raises it as soon as such a peer answers."""
+
+
+class KeyMismatch(PeerMismatch, TimeoutError):
+    """A sender's wait for receivers ran out, and frames sealed with another shared key (or
+    with none, where the sender has one) were heard: a receiver with another key cannot
+    read the sender's HELLO to answer it. A ``TimeoutError`` too (nobody answered)."""

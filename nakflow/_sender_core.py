@@ -37,7 +37,7 @@ from ._errors import ConfigError
 from ._framer import Framer
 from ._lifecycle import CLOSED, CLOSING, OPEN, Lifecycle
 from ._repair_server import REPAIR_POLL_S, RepairServer
-from ._roster import ReceiverRoster
+from ._roster import ReceiverRoster, remember
 from ._tail import TailAnnouncer
 from ._timeline import Timeline
 from .events import BeyondHistory, Closed, Confirmed, ReceiverJoined, ReceiverLeft
@@ -49,6 +49,11 @@ log = logging.getLogger("nakflow.sender")
 MAX_BATCH_MSGS = 1024  # payloads per DATA frame in offer_batch
 MAX_BATCH_BYTES = 256 * 1024
 
+
+#: A waiting sender gives up on a receiver that answered in another mode once this long
+#: passed without enough receivers of its own mode answering, s: real receivers answer
+#: each HELLO (one every 0.1 s while waiting) within milliseconds.
+MISMATCH_GRACE_S = 0.5
 
 #: NAK signals that, after END, say a receiver still reads frames sent long ago (a socket
 #: backlog): it has not reached END and may yet find drops to ask for. Not its queue's
@@ -98,6 +103,10 @@ class SenderCore(Endpoint):
         self.life = Lifecycle()
         self._t0 = now
         self._wanted = 0  # receivers the driver waits for (HELLO meanwhile)
+        #: the first receiver that answered this sender's HELLO in another mode, and when
+        self.answer_mismatch: str | None = None
+        self._answer_mismatch_at = math.inf
+        self._other_mode: dict[str, None] = {}  # receivers that answered in another mode
         self._next_hello = now
         self._linger_from = self._linger_next = 0.0  # after close: since when, next look
         self.tail = TailAnnouncer(now)
@@ -270,16 +279,30 @@ class SenderCore(Endpoint):
             self.timer_changed = True
 
     def receivers_ready(self) -> int:
-        """Receivers that answered our HELLO and may be sent to (ack: have granted)."""
-        return self.policy.ready(self.roster.answered)
+        """Receivers that answered our HELLO in this mode and may be sent to (ack: have
+        granted)."""
+        answered, other = self.roster.answered, self._other_mode
+        if other:
+            answered = {r: None for r in answered if r not in other}
+        return self.policy.ready(answered)
 
-    def wait_problem(self) -> str | None:
-        """Why waiting for receivers cannot succeed (None: it still can): a peer that
-        answered runs another mode or holds another key, which no wait mends. The driver
-        stops waiting at once and raises ``PeerMismatch`` with this."""
-        if self.mismatch is None:
-            return None
-        return f"{self.mismatch} (check every side's --mode and --shared-key)"
+    def wait_problem(self, now: float, *, timed_out: bool = False) -> str | None:
+        """Why waiting for receivers cannot succeed (None: it still can; the driver asks
+        only while too few are ready, and raises ``PeerMismatch`` with it). A receiver that
+        answered this sender's HELLO in another mode: once MISMATCH_GRACE_S passed without
+        enough receivers of this mode answering (no wait mends it; and on an open channel
+        a forged answer cannot stop a sender whose real receivers answer within the grace).
+        Frames refused for their shared key: only once the wait ran out (``timed_out``), as
+        the likely cause; a receiver with another key cannot read the HELLO to answer it,
+        and such frames may as well come from a forger, who must not stop a sender."""
+        if self.answer_mismatch is not None and (
+                timed_out or now - self._answer_mismatch_at >= MISMATCH_GRACE_S):
+            return f"{self.answer_mismatch} (check every side's --mode)"
+        if timed_out and self.key_mismatch_detail is not None:
+            return (f"no receiver answered, and {self.key_mismatch:,} {self.key_mismatch_detail}"
+                    " were heard on the feedback channel: a receiver with another "
+                    "--shared-key? (check every side's --shared-key)")
+        return None
 
     def wait_over(self, now: float) -> None:
         """The driver stopped waiting for admission (gave up): count the time waited."""
@@ -351,6 +374,14 @@ class SenderCore(Endpoint):
             self.policy.set_rtt(self.roster.rtt_s)
         if frame.mode != self.mode:
             self._mismatch(f"receiver {frame.node} runs mode {frame.mode!r}")
+            if me:  # it answered us: no stray frame
+                remember(self._other_mode, frame.node)
+                if self.answer_mismatch is None:
+                    self.answer_mismatch = (f"receiver {frame.node} runs mode "
+                                            f"{frame.mode!r}, this sender runs {self.mode!r}")
+                    self._answer_mismatch_at = now
+        else:
+            self._other_mode.pop(frame.node, None)
 
     def _on_repair(self, frame: Repair, now: float) -> None:
         if self.repairs is None:

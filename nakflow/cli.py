@@ -283,6 +283,10 @@ def _send_parser(sub: Any) -> None:
                    help="wait until N receivers answered before sending (in ack also "
                         "granted credit); exit 2 if they do not within --wait-timeout; 0: "
                         "do not wait, send to whoever listens")
+    s.add_argument("--feedback-proxy", action="store_true",
+                   help="the --feedback endpoints are a proxy's that forwards every "
+                        "receiver's feedback, not one per receiver: the lists need not "
+                        "pair (default: they must, over tcp/ipc)")
     s.add_argument("--wait-timeout", type=_positive, default=10.0, metavar="S",
                    help="... for at most this long")
     s.add_argument("--send-timeout", type=_positive, default=30.0, metavar="S",

@@ -31,7 +31,7 @@ from transports import (
 )
 
 from ._config import SenderConfig, with_overrides
-from ._errors import PeerMismatch
+from ._errors import KeyMismatch, PeerMismatch
 from ._rate_memory import RATE_MEMORY
 from ._sender_core import SenderCore
 from .events import Event
@@ -53,20 +53,25 @@ class Sender:
         context: a ZeroMQ context (default: the process's).
         on_event: called with each ``nakflow.events.Event`` (a receiver joined or left,
             repairs beyond the history, a peer in another mode), in the sending thread.
+        feedback_proxy: the feedback endpoints are a proxy's that forwards every
+            receiver's feedback, not one per receiver: ``data`` and ``feedback`` need not
+            pair (over tcp/ipc they must otherwise: one of each per receiver, in order).
 
     Raises:
-        ConfigError, transports.EndpointError: bad arguments.
+        ConfigError, transports.EndpointError: bad arguments (endpoint lists that do not
+            pair, an endpoint named twice).
     """
 
     def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
                  config: SenderConfig | None = None, *, options: SocketOptions | None = None,
                  context: zmq.Context[zmq.Socket[bytes]] | None = None,
-                 on_event: Callable[[Event], object] | None = None, **overrides: Any) -> None:
+                 on_event: Callable[[Event], object] | None = None,
+                 feedback_proxy: bool = False, **overrides: Any) -> None:
         cfg = with_overrides(config, SenderConfig, overrides)
         t0 = time.monotonic()
         cfg = cfg.named(f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
-        check_pairs(data_uris, fb_uris)
+        check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
         self._rate_key = ((cfg.stream, tuple(sorted(data_uris)))
                           if cfg.remember_rate and cfg.mode == "nak" else None)
         start = None if self._rate_key is None else RATE_MEMORY.recall(self._rate_key, now=t0)
@@ -177,14 +182,19 @@ class Sender:
             end = now + timeout
             core.want_receivers(n, now)
             try:
-                while (ready := core.receivers_ready()) < n:
-                    if (problem := core.wait_problem()) is not None:
+                while True:
+                    if (ready := core.receivers_ready()) >= n:
+                        return ready
+                    if (problem := core.wait_problem(now)) is not None:
                         raise PeerMismatch(problem)
                     if now >= end:
+                        problem = core.wait_problem(now, timed_out=True)
+                        if problem is not None:
+                            raise KeyMismatch(problem) if core.answer_mismatch is None \
+                                else PeerMismatch(problem)
                         raise TimeoutError(f"{ready} of {n} receivers answered in {timeout} s")
                     self._service(now, max(0.0, min(end, self._timer_at(end)) - now))
                     now = time.monotonic()
-                return ready
             finally:
                 core.want_receivers(0, now)
 

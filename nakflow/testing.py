@@ -143,13 +143,17 @@ class LocalReceivers:
                    if line.startswith("nakflow_messages_delivered_total"))
 
     def results(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
-        """Wait for every receiver to finish; return their JSON reports."""
+        """Wait for every receiver to finish; return their JSON reports (with its
+        ``exit_status``: 1 is a problem the report states, such as a peer of another mode
+        or key, which ``--allow-loss`` does not excuse)."""
         out = []
         for proc in self.procs:
             stdout, stderr = proc.communicate(timeout=timeout_s)
-            if proc.returncode != 0 or not stdout.strip():
+            if proc.returncode not in (0, 1) or not stdout.strip():
                 raise RuntimeError(f"receiver failed ({proc.returncode}): {stderr[-2000:]}")
-            out.append(json.loads(stdout.strip().splitlines()[-1]))
+            report = json.loads(stdout.strip().splitlines()[-1])
+            report["exit_status"] = proc.returncode
+            out.append(report)
         return out
 
     def close(self) -> None:
@@ -174,9 +178,10 @@ def run_sender(data: Sequence[str], feedback: Sequence[str], *, mode: str, count
             "--count", str(count), "--size", str(size), "--json", "--allow-loss",
             "--wait-receivers", str(wait_receivers), *extra]
     proc = subprocess.run(nakflow_cmd(*args), capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
+    if proc.returncode not in (0, 1) or not proc.stdout.strip():  # 1: the report says why
         raise RuntimeError(f"sender failed ({proc.returncode}): {proc.stderr[-2000:]}")
     report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    report["exit_status"] = proc.returncode
     return report
 
 

@@ -77,6 +77,8 @@ class WriterConfig:
             again). A task that fails this raises ``nakflow.IncompleteDelivery`` after
             END, so Spark retries it under a new epoch; receivers with
             ``drop_duplicates`` deliver each row once.
+        feedback_proxy: the feedback endpoints are a proxy's that forwards every
+            receiver's feedback: ``data`` and ``feedback`` need not pair.
     """
 
     data: Sequence[str] | str  # stored as a tuple of URIs
@@ -100,6 +102,7 @@ class WriterConfig:
     shared_key_file: str | None = None
     pushgateway: str | None = None
     require_complete: str | None = None
+    feedback_proxy: bool = False
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -112,7 +115,7 @@ class WriterConfig:
         for name in ("data", "feedback"):
             value: str | Sequence[str] = getattr(self, name)
             object.__setattr__(self, name, tuple(parse_endpoints(value)))
-        check_pairs(self.data, self.feedback)
+        check_pairs(self.data, self.feedback, proxy=self.feedback_proxy)
         if not self.stream or len(self.stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
         if self.run_id is not None and not self.run_id:

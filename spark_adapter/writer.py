@@ -106,6 +106,7 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
                     sender_id=identity.sender_id, epoch=identity.attempt, nak=config.nak,
                     ack=ack, repair=config.repair, max_rate_msgs=config.max_rate_msgs,
                     options=config.options, linger_s=config.batch_linger_s,
+                    feedback_proxy=config.feedback_proxy,
                     frame_msgs=config.batch_rows, remember_rate=config.remember_rate,
                     shared_key=(None if config.shared_key_file is None
                                 else load_shared_key(config.shared_key_file)))

@@ -16,6 +16,7 @@ from nakflow import (
     AsyncReceiver,
     AsyncSender,
     Message,
+    PeerMismatch,
     Receiver,
     ReceiverConfig,
     ReceiverCore,
@@ -156,11 +157,16 @@ class SimPair(ThreadedPair):
 
     async def ready(self) -> None:
         self.txc.want_receivers(1, self.link.now)
-        for _ in range(10_000):
-            if self.txc.receivers_ready():
-                break
-            self._steps(0.001)
-        self.txc.want_receivers(0, self.link.now)
+        try:
+            for _ in range(10_000):  # 10 s of virtual time, the live drivers' timeout
+                if self.txc.receivers_ready():
+                    return
+                if (problem := self.txc.wait_problem(self.link.now)) is not None:
+                    raise PeerMismatch(problem)
+                self._steps(0.001)
+            raise TimeoutError("no receiver answered in 10 s")
+        finally:
+            self.txc.want_receivers(0, self.link.now)
 
     async def send(self, payload: bytes) -> None:
         for _ in range(100_000):

@@ -49,8 +49,9 @@ def send_under_flood(junk_data: Callable[[], bytes], junk_feedback: Callable[[],
                 if sent[0] % 200 == 0:
                     time.sleep(0.001)
 
+        # the junk comes on a feedback endpoint of its own, beside the receiver's
         with Sender(rx.data_endpoints, [rx.feedback_endpoints[0], f"tcp://127.0.0.1:{port}"],
-                    **sender_kwargs) as tx:
+                    feedback_proxy=True, **sender_kwargs) as tx:
             tx.wait_for_receivers(1, timeout=15)
             flooder = threading.Thread(target=flood)
             flooder.start()

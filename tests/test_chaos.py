@@ -30,7 +30,7 @@ def test_lost_feedback_does_not_overrun_a_slow_receiver(mode):
                               lossy=(Nak, Credit))
         try:
             sender = run_sender(rx.data, [endpoint], mode=mode, count=COUNT,
-                                wait_receivers=2, timeout_s=120)
+                                wait_receivers=2, timeout_s=120, extra=["--feedback-proxy"])
             receivers = rx.results(timeout_s=120)
         finally:
             proxy.close()

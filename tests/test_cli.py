@@ -117,7 +117,7 @@ def test_receive_with_nothing_heard_and_a_mode_mismatch_exit_1() -> None:
     data, fb = endpoints()
     rx = receiver(data, fb, "--mode", "ack", "--senders", "1")
     tx = nakflow("send", "--data", data, "--feedback", fb, "--mode", "none", "--count", "500")
-    assert tx.returncode == 1 and "in another mode" in tx.stderr
+    assert tx.returncode == 1 and "runs mode 'ack', this sender runs 'none'" in tx.stderr
     _, err = rx.communicate(timeout=60)
     assert rx.returncode == 1 and "in another mode" in err
 

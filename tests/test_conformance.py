@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nakflow import LocalProtocolError
+from nakflow import LocalProtocolError, PeerMismatch
 from tests.conformance import DRIVERS
 
 pytestmark = pytest.mark.parametrize("driver", sorted(DRIVERS))
@@ -128,16 +128,19 @@ def test_bad_frames_are_counted_and_dropped_and_the_stream_goes_on(driver: str) 
     run(driver, scenario)
 
 
-def test_a_peer_in_another_mode_is_counted_on_both_sides(driver: str) -> None:
-    async def scenario(pair: Any) -> None:
-        for i in range(50):
-            await pair.send(b"%d" % i)
-        await pair.close()
-        await pair.collect()
-        tx, rx = pair.snapshots()
-        assert tx["mode_mismatch"] > 0 and rx["mode_mismatch"] > 0
+def test_a_peer_in_another_mode_is_named_to_the_waiting_sender_and_counted_on_both_sides(
+        driver: str) -> None:
+    async def main() -> None:
+        pair = DRIVERS[driver]({"mode": "nak"}, {"mode": "ack", "capacity_msgs": 20_000})
+        try:
+            with pytest.raises(PeerMismatch, match=r"runs mode 'ack', this sender runs 'nak'"):
+                await pair.ready()
+            tx, rx = pair.snapshots()
+            assert tx["mode_mismatch"] > 0 and rx["mode_mismatch"] > 0
+        finally:
+            await pair.shutdown()
 
-    run(driver, scenario, rx={"mode": "ack"})
+    asyncio.run(main())
 
 
 def test_try_send_never_waits_and_counts_refusals(driver: str) -> None:

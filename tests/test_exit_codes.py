@@ -96,18 +96,22 @@ def test_a_receiver_of_another_mode_fails_the_sender_at_once_naming_it(mine, the
     assert took < 30, took  # far inside --wait-timeout: it did not wait that out
 
 
-def test_a_receiver_with_another_shared_key_fails_the_sender_at_once(tmp_path):
+def test_a_receiver_with_another_shared_key_is_named_when_the_wait_runs_out(tmp_path):
+    """It cannot read the sender's sealed HELLO, so it never answers; its own frames,
+    sealed with another key, may as well be a forger's (who must not stop a sender), so
+    the sender names the key when its wait runs out, and exits 1, not 2."""
     mine, theirs = write_shared_key(str(tmp_path), "a"), write_shared_key(str(tmp_path), "b")
     data, fb = endpoints()
     rx = receiver(data, fb, "--shared-key", theirs, "--duration", "60")
     try:
         tx = nakflow("send", "--data", data, "--feedback", fb, "--shared-key", mine,
-                     "--wait-timeout", "60")
+                     "--wait-timeout", "2")
     finally:
         rx.kill()
         rx.communicate()
     assert tx.returncode == 1, tx.stderr
-    assert "another shared key" in last_line(tx.stderr)
+    line = last_line(tx.stderr)
+    assert "no receiver answered" in line and "sealed with another shared key" in line, line
 
 
 def test_peer_mismatch_in_python():
@@ -117,6 +121,32 @@ def test_peer_mismatch_in_python():
             Sender(rx.data_endpoints, rx.feedback_endpoints, mode="nak") as tx, \
             pytest.raises(PeerMismatch, match=r"runs mode 'ack'.*this sender runs 'nak'"):
         tx.wait_for_receivers(1, timeout=60)
+
+
+def test_a_stray_answer_in_another_mode_does_not_stop_a_sender_whose_receivers_answer():
+    """The core's rule, with explicit time: an answer in another mode (a forger on an open
+    channel, or a receiver of another deployment) stops the wait only if, within
+    MISMATCH_GRACE_S, not enough receivers of the sender's own mode answer."""
+    from nakflow import SenderConfig, SenderCore
+    from nakflow._sender_core import MISMATCH_GRACE_S
+    from nakflow.wire import Hello, encode
+
+    def core() -> SenderCore:
+        tx = SenderCore(SenderConfig(mode="nak", sender_id="s", epoch=1), now=0.0)
+        tx.want_receivers(1, 0.0)
+        tx.receive_feedback(encode(Hello("default", "stray", "receiver", "ack", 0, 0, "s",
+                                         0.0)), 0.01)
+        return tx
+
+    tx = core()
+    assert tx.receivers_ready() == 1 or tx.wait_problem(0.02) is None  # not at once
+    tx.receive_feedback(encode(Hello("default", "mine", "receiver", "nak", 0, 0, "s", 0.0)),
+                        0.05)
+    assert "mine" in tx.roster.answered and tx.snapshot(0.1)["mode_mismatch"] == 1
+    tx = core()
+    assert tx.wait_problem(0.01 + MISMATCH_GRACE_S / 2) is None
+    problem = tx.wait_problem(0.01 + MISMATCH_GRACE_S)
+    assert problem is not None and "receiver stray runs mode 'ack'" in problem
 
 
 def test_a_sink_that_dies_mid_stream_stops_the_service_with_1_and_says_what_it_wrote(

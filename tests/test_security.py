@@ -76,8 +76,10 @@ def send_through(rx: Receiver, feedback: list[str], *, mode: str, options, count
                  sender_id: str = "s1", shared_key: SharedKey | None = None) -> dict:
     # the floor keeps a sender that forged NAKs do cut from taking 100 s over 5,000 messages
     nak = NakConfig(min_rate_msgs=2_000)
+    # forgers publish on feedback endpoints of their own, beside the receiver's
     with Sender(rx.data_endpoints, feedback, mode=mode, sender_id=sender_id, epoch=1,
-                options=options, max_rate_msgs=10_000, nak=nak, shared_key=shared_key) as tx:
+                options=options, max_rate_msgs=10_000, nak=nak, shared_key=shared_key,
+                feedback_proxy=True) as tx:
         tx.wait_for_receivers(1, timeout=10)
         for _ in range(count):
             tx.send(b"x" * 50)
@@ -116,7 +118,10 @@ def test_forged_nak_cuts_a_plain_sender_but_not_a_curve_one(keys):
             keyed.close()
         assert drain(rx, 5_000) == 5_000
         assert plain.sent > 50 and keyed.sent > 50
-    assert snap["naks_received"] == {} and snap["cuts"] == 0
+    # no forged NAK(100) was heard, none cut (the real receiver may NAK on a loaded
+    # machine: a queueing delay it saw, at 50; that one is real)
+    assert "100" not in snap["naks_received"], snap["naks_received"]
+    assert all(e["receiver"] != "mallory" for e in snap["policy"]["cut_events"])
     assert snap["feedback_malformed"] == 0 and snap["sent"] == 5_000
 
 

@@ -233,7 +233,7 @@ def test_structured_streaming_micro_batches_are_sent(spark, tmp_path):
 
 @on_local
 def test_no_receivers_fails_the_job_with_a_clear_error(spark):
-    cfg = WriterConfig("tcp://127.0.0.1:9", "tcp://127.0.0.1:9", wait_receivers=1,
+    cfg = WriterConfig("tcp://127.0.0.1:9", "tcp://127.0.0.1:11", wait_receivers=1,
                        wait_timeout_s=0.3)
     with pytest.raises(Exception, match="0 of 1 receivers answered"):
         spark.range(10, numPartitions=1).foreachPartition(nakflow_writer(cfg))
@@ -246,7 +246,7 @@ def test_config_is_checked_on_the_driver_and_pickles():
         WriterConfig("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", batch_rows=0)
     with pytest.raises(ValueError, match="expected one of tcp:"):
         WriterConfig("http://x", "tcp://127.0.0.1:2")
-    cfg = WriterConfig("tcp://127.0.0.1:1,tcp://127.0.0.1:3", "tcp://127.0.0.1:2")
+    cfg = WriterConfig("tcp://127.0.0.1:1,tcp://127.0.0.1:3", "tcp://127.0.0.1:2,tcp://127.0.0.1:4")
     assert cfg.data == ("tcp://127.0.0.1:1", "tcp://127.0.0.1:3")
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     secured = WriterConfig("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", options=SocketOptions(

@@ -66,7 +66,7 @@ def _utc(text: str) -> dt.datetime:
 def test_timestamps_are_instants_whatever_the_workers_and_receivers_time_zones(tmp_path):
     pytest.importorskip("pyspark")
     sink, ready = tmp_path / "orders.jsonl", tmp_path / "ready.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
     rx = subprocess.Popen(nakflow_cmd("receive", "--data", "tcp://127.0.0.1:*", "--feedback",
                                       "tcp://127.0.0.1:*", "--stream", "types", "--senders",
                                       "1", "--sink", f"file:{sink}", "--ready-file",

@@ -138,22 +138,26 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
     return uris
 
 
-def check_pairs(data: Sequence[str], feedback: Sequence[str]) -> None:
+def check_pairs(data: Sequence[str], feedback: Sequence[str], *,
+                proxy: bool = False) -> None:
     """A sender's endpoint lists (parsed): one feedback endpoint per data endpoint over
     tcp/ipc/inproc (each receiver has a pair, in the same order), no endpoint named twice.
-    Raises EndpointError saying which."""
+    ``proxy``: the feedback endpoints are not one per receiver (a proxy that forwards
+    every receiver's feedback), so the lists need not pair. Raises EndpointError saying
+    which."""
     every = [*data, *feedback]
     twice = sorted({u for u in every if every.count(u) > 1 and not u.endswith(":*")})
     if twice:
         raise EndpointError(f"endpoint {twice[0]} is named twice: each receiver has its own "
                             "data and feedback endpoints (e.g. ports 5600 and 5601)")
-    if any(map(is_multicast, every)):
+    if proxy or any(map(is_multicast, every)):
         return
     if len(data) != len(feedback):
         raise EndpointError(
             f"{len(data)} data endpoint{'s' if len(data) != 1 else ''} and {len(feedback)} "
             f"feedback endpoint{'s' if len(feedback) != 1 else ''}: each receiver has one of "
-            "each, listed in the same order")
+            "each, listed in the same order (feedback through a proxy: --feedback-proxy, "
+            "feedback_proxy=True)")
 
 
 def _apply(sock: zmq.Socket[bytes], opts: SocketOptions, multicast: bool, bind: bool) -> None:
