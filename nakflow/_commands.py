@@ -213,12 +213,28 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 # -- receive -----------------------------------------------------------------------
+def rows_of(msgs: Sequence[Any]) -> int:
+    """Rows in ``msgs``: an Arrow message's (the Spark data source's), 1 for any other
+    (a chunk whose first message is not Arrow is taken for rows, one a message)."""
+    if not msgs or msgs[0].payload[:4] != b"\xff\xff\xff\xff":
+        return len(msgs)
+    from .arrow import ArrowDecodeError, rows_in
+
+    n = 0
+    for m in msgs:
+        try:
+            n += rows_in(m.payload)
+        except ArrowDecodeError:
+            n += 1
+    return n
+
+
 class _Consumer:
     """The receive loop's consumer: paced (``--consume-rate``), stalling (``--stall-*``),
     handing messages to the sink and the delivery log."""
 
     def __init__(self, args: argparse.Namespace, take: Callable[..., Any],
-                 sink: Any) -> None:
+                 sink: Any, ends: Callable[[], int] = lambda: 0) -> None:
         self.rate = args.consume_rate
         # a consumer of fixed speed is a token bucket with a 10 ms burst: capacity it did
         # not use while the queue was empty is gone
@@ -227,8 +243,10 @@ class _Consumer:
         self.stall_from = args.stall_at if args.stall_for else None
         self.stall_for = args.stall_for
         self.take, self.sink = take, sink
+        self.ends, self.ends_flushed = ends, 0  # streams ended; as of the sink's last flush
         self.error: str | None = None
         self.unsunk = 0
+        self.rows = 0  # rows taken: an Arrow message's rows, 1 for any other message
 
     def step(self, elapsed: float, now: float) -> None:
         """Consume one chunk (or wait a little: stalled, paced)."""
@@ -243,9 +261,26 @@ class _Consumer:
                 return
         with signals_held():  # what is taken is handed over, whenever a signal comes
             got = self.take(self.chunk, timeout=0.05)
+            self.rows += rows_of(got)
             if self.pace is not None and len(got) < self.chunk:  # pay only for what it took
                 self.pace.refund(self.chunk - len(got))
             self.hand_over(got)
+            if not got and self.sink is not None and self.error is None:
+                self.flush_on_end()
+
+    def flush_on_end(self) -> None:
+        """The queue is empty: if a stream ended since the last flush, the sink makes
+        what it holds durable (a Parquet file closed)."""
+        from .sinks import SinkError
+
+        ended = self.ends()
+        if ended != self.ends_flushed:
+            self.ends_flushed = ended
+            try:
+                self.sink.flush()
+            except SinkError as exc:
+                self.error = str(exc)
+                log.error("%s; stopping", exc)
 
     def hand_over(self, msgs: Sequence[Any]) -> None:
         from .sinks import SinkError
@@ -289,7 +324,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
 
         deliveries = DeliveryLog()
     take = rx.get_many if deliveries is None else _logged(rx.get_many, deliveries)
-    consumer = _Consumer(args, take, sink)
+    consumer = _Consumer(args, take, sink, ends=lambda: len(rx.ends()))
     metrics = None
     interrupted: Interrupted | None = None
     try:  # from here on a signal stops the receiver the orderly way
@@ -324,6 +359,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
         rest = take(1 << 16, timeout=0)
         if not rest:
             break
+        consumer.rows += rows_of(rest)
         consumer.hand_over(rest)
     if sink is not None:
         try:
@@ -337,6 +373,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
             json.dump(deliveries.report(), f)
     snap = rx.snapshot()
     snap["consume_rate"] = consumer.rate
+    snap["rows"] = consumer.rows
     snap["ends"] = len(rx.ends())
     snap["process_cpu_s"] = round(time.process_time(), 3)  # every thread of the process
     if sink is not None:

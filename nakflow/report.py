@@ -66,6 +66,11 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     ended = sum(1 for s in streams if s["final_seq"] is not None)
     line = (f"delivered {_n(delivered)} of {_n(total)} from {len(streams)} "
             f"sender{'s' if len(streams) != 1 else ''}, {_n(missing)} missing")
+    rows = snap.get("rows")
+    if rows is not None and rows > delivered:  # Arrow messages: rows are what users count
+        line = (f"delivered {_n(delivered)} messages ({_n(rows)} rows) of {_n(total)} from "
+                f"{len(streams)} sender{'s' if len(streams) != 1 else ''}, {_n(missing)} "
+                "messages missing")
     reasons = ", ".join(f"{r} {_n(v)}" for r, v in by_reason.items() if v)
     if reasons:
         line += f" ({reasons})"

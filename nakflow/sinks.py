@@ -31,8 +31,9 @@ import msgpack
 from ._errors import NakflowError
 from ._receiver_core import Message
 
-SINK_HELP = ("'-' (stdout), 'file:PATH' (appended) or 'cmd:COMMAND' (a shell command "
-             "reading JSON lines on its stdin)")
+SINK_HELP = ("'-' (stdout), 'file:PATH' (appended), 'cmd:COMMAND' (a shell command "
+             "reading JSON lines on its stdin) or 'parquet:DIR' (the rows as Parquet files, "
+             "needs pyarrow)")
 
 
 class SinkError(NakflowError):
@@ -102,6 +103,9 @@ class JsonLinesSink:
         except (OSError, ValueError) as exc:
             raise SinkError(f"sink {self.name} failed: {exc}") from exc
         self.written += len(msgs)
+
+    def flush(self) -> None:
+        """A stream ended: make what was written durable (lines are, once written)."""
 
     def abandon(self) -> None:
         if self.owned:
@@ -197,7 +201,115 @@ _SHELL_WORDS = frozenset(("if", "for", "while", "case", "{", "(", "exec", "read"
                           "printf", "set", "export", "ulimit", "umask", "trap", ":"))
 
 
-def open_sink(spec: str, stream: str) -> JsonLinesSink:
+class ParquetSink:
+    """The rows as Parquet files in a directory (``--sink parquet:DIR``).
+
+    Arrow messages (the Spark data source's) are written as they are; msgpack rows (the
+    ``foreachPartition`` writer's maps) become columns, their types inferred from the
+    first rows. Rows are written in row groups of up to ROW_GROUP_ROWS; a file is closed
+    (renamed from ``.part`` to ``.parquet``, readable from then on) when a stream ends and
+    the queue is empty, when it holds FILE_ROWS rows, when the schema changes, and at the
+    receiver's stop (a signal too): nothing taken from the queue is left unwritten. Files
+    are ``part-<start>-<n>.parquet``, so a directory can be read as one dataset."""
+
+    ROW_GROUP_ROWS = 128 * 1024
+    FILE_ROWS = 4 * 1024 * 1024
+
+    def __init__(self, directory: str) -> None:
+        import os
+        import time
+
+        from .arrow import _pa
+
+        self.pa = _pa()
+        import pyarrow.parquet as pq
+
+        self.pq = pq
+        self.name = f"parquet:{directory}"
+        self.dir = directory
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise SinkError(f"--sink {self.name}: cannot create {directory}: "
+                            f"{exc.strerror}") from None
+        if not os.access(directory, os.W_OK):
+            raise SinkError(f"--sink {self.name}: {directory} is not writable")
+        self.prefix = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        self.written = 0  # messages handed over
+        self.rows = 0  # rows in closed or open files
+        self.files: list[str] = []
+        self._buf: list[Any] = []
+        self._buf_rows = 0
+        self._writer: Any = None
+        self._path = ""
+        self._file_rows = 0
+
+    def write(self, msgs: Sequence[Message]) -> None:
+        from .arrow import ArrowDecodeError, to_record_batch
+
+        if not msgs:
+            return
+        try:
+            batch = to_record_batch(msgs, self._writer.schema if self._writer else None)
+        except (ArrowDecodeError, self.pa.ArrowInvalid, self.pa.ArrowTypeError) as exc:
+            raise SinkError(f"sink {self.name}: {exc}") from exc
+        if self._buf and batch.schema != self._buf[0].schema:
+            self._write_buffer()
+        self._buf.append(batch)
+        self._buf_rows += batch.num_rows
+        self.written += len(msgs)
+        if self._buf_rows >= self.ROW_GROUP_ROWS:
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
+        if not self._buf:
+            return
+        import os
+
+        table = self.pa.Table.from_batches(self._buf)
+        self._buf, self._buf_rows = [], 0
+        try:
+            if self._writer is not None and table.schema != self._writer.schema:
+                self._close_file()
+            if self._writer is None:
+                self._path = os.path.join(self.dir, f"{self.prefix}-{len(self.files):05d}")
+                self._writer = self.pq.ParquetWriter(self._path + ".part", table.schema)
+            self._writer.write_table(table, row_group_size=self.ROW_GROUP_ROWS)
+        except OSError as exc:
+            raise SinkError(f"sink {self.name} failed: {exc}") from exc
+        self._file_rows += table.num_rows
+        self.rows += table.num_rows
+        if self._file_rows >= self.FILE_ROWS:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        import os
+
+        if self._writer is None:
+            return
+        writer, self._writer = self._writer, None
+        try:
+            writer.close()
+            os.replace(self._path + ".part", self._path + ".parquet")
+        except OSError as exc:
+            raise SinkError(f"sink {self.name} failed: {exc}") from exc
+        self.files.append(self._path + ".parquet")
+        self._file_rows = 0
+
+    def flush(self) -> None:
+        """A stream ended and the queue is empty: what is buffered goes into a closed,
+        readable file."""
+        self._write_buffer()
+        self._close_file()
+
+    def abandon(self) -> None:
+        pass  # nothing was opened before the first rows
+
+    def close(self) -> None:
+        self.flush()
+
+
+def open_sink(spec: str, stream: str) -> JsonLinesSink | ParquetSink:
     """A sink from its command-line form (see SINK_HELP). Raises ValueError if malformed."""
     if spec in ("-", "stdout"):
         return JsonLinesSink(stream, sys.stdout.buffer, owned=False, name="stdout")
@@ -210,4 +322,6 @@ def open_sink(spec: str, stream: str) -> JsonLinesSink:
         return JsonLinesSink(stream, out, owned=True, name=spec)
     if kind == "cmd" and target:
         return CommandSink(stream, target)
+    if kind == "parquet" and target:
+        return ParquetSink(target)
     raise ValueError(f"--sink must be {SINK_HELP}: {spec!r}")

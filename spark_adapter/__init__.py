@@ -1,5 +1,10 @@
 """Spark adapter: push a DataFrame or RDD to nakflow receivers from Spark tasks.
 
+    spark.dataSource.register(NakflowDataSource)
+    df.write.format("nakflow").option("data", ...).option("feedback", ...).save()
+
+or, row by row (the one-liner; slower: every row becomes a Python object)::
+
     df.foreachPartition(nakflow_writer(WriterConfig(data=..., feedback=..., mode="nak")))
 
 Each task builds its own Sender; rows are pulled only as fast as the flow
@@ -23,9 +28,20 @@ from .writer import (
     send_with_metrics,
 )
 
+
+def __getattr__(name: str) -> object:
+    """``NakflowDataSource`` imports PySpark: only when asked for."""
+    if name == "NakflowDataSource":
+        from .datasource import NakflowDataSource
+
+        return NakflowDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "METRICS_COLUMNS",
     "METRICS_DDL",
+    "NakflowDataSource",
     "TaskIdentity",
     "WriterConfig",
     "current_task",

@@ -14,8 +14,12 @@ from nakflow.tables import format_table
 
 from .shipping import SHIP_CHOICES
 
-#: What the eval's columns mean in its setting (rows are DataFrame rows, one message each).
-EVAL_NOTES = {"receiver": "slow consumes at --slow-rate; fast-N as fast as it can; stalled "
+#: What the eval's columns mean in its setting.
+EVAL_NOTES = {"delivered": "DataFrame rows the receiver took; missing: rows it lacks",
+              "dropped": "messages (the data source: Arrow messages of up to --batch-rows "
+                         "rows; --writer foreach: one row each), as repaired, lost, dups, "
+                         "queue_peak and goodput",
+              "receiver": "slow consumes at --slow-rate; fast-N as fast as it can; stalled "
                           "(with --stall-for) stops for that long; every Spark task sends "
                           "to all of them",
               "complete": "Spark tasks (senders) whose END this receiver saw / tasks"}
@@ -67,7 +71,12 @@ def register(sub: Any) -> None:
                    help="... this long after it started")
     p.add_argument("--receivers", action="append", default=[], metavar="DATA,FEEDBACK",
                    help="an external receiver's endpoints (repeatable); none are started then")
-    p.add_argument("--batch-rows", type=_positive_int, default=128, help="rows per DATA frame")
+    p.add_argument("--batch-rows", type=_positive_int, default=128,
+                   help="rows per message (the data source) or per DATA frame (foreach)")
+    p.add_argument("--writer", default="foreach", choices=("foreach", "datasource"),
+                   help="foreach: foreachPartition(nakflow_writer), a msgpack message a row "
+                        "(default); datasource: df.write.format('nakflow'), Arrow messages "
+                        "of --batch-rows rows (needs pyarrow on the executors)")
     p.add_argument("--out", default=None, metavar="DIR", help="write eval.json and PNG plots")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_eval)
@@ -94,7 +103,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                      modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
                      slow_rate=args.slow_rate, capacity=args.capacity,
                      stall_for_s=args.stall_for, stall_at_s=args.stall_at,
-                     receivers=parse_receivers(args.receivers), batch_rows=args.batch_rows)
+                     receivers=parse_receivers(args.receivers), batch_rows=args.batch_rows,
+                     writer=args.writer)
     with contextlib.ExitStack() as stack:
         if args.standalone:
             cluster = stack.enter_context(StandaloneCluster(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from nakflow import AckConfig, ConfigError, NakConfig, RepairConfig, check_mode
@@ -79,6 +80,12 @@ class WriterConfig:
             ``drop_duplicates`` deliver each row once.
         feedback_proxy: the feedback endpoints are a proxy's that forwards every
             receiver's feedback: ``data`` and ``feedback`` need not pair.
+        arrow_rows: (the data source, ``df.write.format("nakflow")``) the most rows one
+            message carries: each message is an Arrow IPC stream of one record batch.
+            Rate limits, credit and the receivers' queues count messages, so with the
+            data source a message is up to this many rows.
+        metrics_path: (the data source) the driver's commit appends each task's metrics
+            row (``METRICS_COLUMNS``) to this file as a JSON line.
     """
 
     data: Sequence[str] | str  # stored as a tuple of URIs
@@ -103,6 +110,8 @@ class WriterConfig:
     pushgateway: str | None = None
     require_complete: str | None = None
     feedback_proxy: bool = False
+    arrow_rows: int = 1024
+    metrics_path: str | None = None
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -120,6 +129,8 @@ class WriterConfig:
             raise ConfigError("stream must be a name of 1..256 characters")
         if self.run_id is not None and not self.run_id:
             raise ConfigError("run_id must be None or a non-empty string")
+        if self.arrow_rows < 1:
+            raise ConfigError("arrow_rows must be >= 1")
         if self.batch_rows < 1 or not self.batch_linger_s >= 0:
             raise ConfigError("batch_rows must be >= 1 and batch_linger_s >= 0")
         if self.wait_receivers is None:
@@ -132,6 +143,31 @@ class WriterConfig:
             raise ConfigError("send_timeout_s must be > 0 or None")
         if self.max_rate_msgs is not None and not self.max_rate_msgs > 0:
             raise ConfigError("max_rate_msgs must be > 0 or None")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> WriterConfig:
+        """A config from a Spark data source's string options, named as the fields
+        (case does not matter, as in Spark): ``data``, ``feedback``, ``mode``, ``stream``,
+        ``run_id``, ``wait_receivers``, ... Raises ConfigError naming an unknown option or
+        a value that does not parse."""
+        fields = {f.name.lower(): f for f in dataclass_fields(cls) if f.name in _OPTIONS}
+        kwargs: dict[str, Any] = {}
+        for key, raw in options.items():
+            if key.lower() in SPARK_OPTIONS:
+                continue
+            f = fields.get(key.lower())
+            if f is None:
+                raise ConfigError(f"unknown nakflow option {key!r}; options: "
+                                  f"{', '.join(sorted(_OPTIONS))}")
+            parse = _OPTIONS[f.name]
+            try:
+                kwargs[f.name] = parse(raw)
+            except ValueError:
+                raise ConfigError(f"option {key}={raw!r}: not a valid value") from None
+        for name in ("data", "feedback"):
+            if name not in kwargs:
+                raise ConfigError(f"option {name!r} is required (the receivers' endpoints)")
+        return cls(**kwargs)
 
     @property
     def receivers_expected(self) -> int:
@@ -148,7 +184,35 @@ class WriterConfig:
             return self
         return replace(self, run_id=f"run-{uuid.uuid4().hex[:12]}")
 
-    def for_batch(self, batch_id: int) -> WriterConfig:
+    def for_batch(self, batch_id: int | str) -> WriterConfig:
         """The config of one Structured Streaming micro-batch (``foreachBatch``)."""
         base = self.pinned()
         return replace(base, run_id=f"{base.run_id}/b{batch_id}")
+
+
+def _flag(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ValueError(raw)
+
+
+def _none_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    return lambda raw: None if raw.strip().lower() in ("", "none") else parse(raw)
+
+
+#: Options Spark itself passes to a data source along with the user's, not nakflow's.
+SPARK_OPTIONS = frozenset(("path", "checkpointlocation", "queryname"))
+
+#: The options a data source takes (WriterConfig's scalar fields), with their parsers.
+_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "data": str, "feedback": str, "mode": str, "stream": str, "run_id": _none_or(str),
+    "max_rate_msgs": _none_or(float), "batch_rows": int, "batch_linger_s": float,
+    "remember_rate": _flag, "wait_receivers": _none_or(int), "wait_timeout_s": float,
+    "send_timeout_s": _none_or(float), "linger_s": float,
+    "shared_key_file": _none_or(str), "pushgateway": _none_or(str),
+    "require_complete": _none_or(str), "feedback_proxy": _flag, "arrow_rows": int,
+    "metrics_path": _none_or(str),
+}

@@ -8,21 +8,26 @@ reports from their processes, and put both in one comparison table.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from nakflow import MODES, ConfigError, NakConfig, check_mode
 from nakflow.testing import LocalReceivers, ReceiverSpec
 
 from .config import WriterConfig
+from .shipping import executors_import
 from .writer import send_and_collect
 
 INPUT_FORMATS = ("parquet", "csv", "json")
+WRITERS = ("datasource", "foreach")
 STREAM = "eval"
 
 
@@ -53,8 +58,15 @@ class EvalConfig:
     stall_at_s: float = 2.0
     #: External receivers as (data URIs, feedback URIs); empty: start local ones.
     receivers: tuple[tuple[str, str], ...] = ()
-    #: Rows per DATA frame.
+    #: Rows per DATA frame (``foreach``); rows per Arrow message (``datasource``).
     batch_rows: int = 128
+    #: How the job sends: ``foreach`` (``foreachPartition`` row by row, a msgpack row
+    #: each) or ``datasource`` (``df.write.format("nakflow")``, Arrow messages of
+    #: ``batch_rows`` rows). Not yet the data source by default: with its coarse messages
+    #: the slow receiver (39 messages/s, a queue of 39) gives up repairing drops before
+    #: the close in some NAK runs; the task then fails and its retry finds the eval's
+    #: receivers gone (docs/changelog.md, 2026-11-25 later).
+    writer: str = "foreach"
 
     def __post_init__(self) -> None:
         for m in self.modes:
@@ -69,21 +81,32 @@ class EvalConfig:
             raise ConfigError("slow_rate must be > 0, stall times >= 0")
         if self.input_format is not None and self.input_format not in INPUT_FORMATS:
             raise ConfigError(f"input_format must be one of {', '.join(INPUT_FORMATS)}")
+        if self.writer not in WRITERS:
+            raise ConfigError(f"writer must be one of {', '.join(WRITERS)}")
         if self.receivers and len(self.modes) != 1:
             raise ConfigError("external receivers run one mode each: give --modes with one mode "
                               "(the one they were started with)")
 
+    @property
+    def rows_per_message(self) -> int:
+        """Rows one message carries: ``batch_rows`` with the data source, else 1."""
+        return self.batch_rows if self.writer == "datasource" else 1
+
     def receiver_specs(self) -> list[ReceiverSpec]:
-        specs = [ReceiverSpec("slow", consume_rate_msgs=self.slow_rate,
-                              capacity_msgs=self.capacity, drop_duplicates=True),
-                 ReceiverSpec("fast-1", capacity_msgs=self.capacity, drop_duplicates=True)]
+        """The local receivers; their rates and queues count messages, so with the data
+        source the slow rate and the queue bound (given in rows) are divided by the rows
+        a message carries."""
+        per = self.rows_per_message
+        cap = max(4, self.capacity // per)
+        specs = [ReceiverSpec("slow", consume_rate_msgs=self.slow_rate / per,
+                              capacity_msgs=cap, drop_duplicates=True),
+                 ReceiverSpec("fast-1", capacity_msgs=cap, drop_duplicates=True)]
         if self.stall_for_s:
             specs.append(ReceiverSpec("stalled", stall_at_s=self.stall_at_s,
                                       stall_for_s=self.stall_for_s,
-                                      capacity_msgs=self.capacity, drop_duplicates=True))
+                                      capacity_msgs=cap, drop_duplicates=True))
         else:
-            specs.append(ReceiverSpec("fast-2", capacity_msgs=self.capacity,
-                                      drop_duplicates=True))
+            specs.append(ReceiverSpec("fast-2", capacity_msgs=cap, drop_duplicates=True))
         return specs
 
 
@@ -129,9 +152,10 @@ def run_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig, *, rows: int,
         data = ",".join(d for d, _ in cfg.receivers)
         feedback = ",".join(f for _, f in cfg.receivers)
         wcfg = WriterConfig(data, feedback, mode=mode, stream=STREAM, run_id=run_id,
-                            wait_receivers=len(cfg.receivers), batch_rows=cfg.batch_rows)
+                            wait_receivers=len(cfg.receivers), batch_rows=cfg.batch_rows,
+                            arrow_rows=cfg.batch_rows)
         t0 = time.monotonic()
-        senders = send_and_collect(df, wcfg)
+        senders = send(spark, df, wcfg, cfg.writer)
         return {"mode": mode, "run_id": run_id, "rows": rows, "partitions": partitions,
                 "job_s": time.monotonic() - t0, "senders": senders, "receivers": []}
     specs = cfg.receiver_specs()
@@ -142,14 +166,34 @@ def run_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig, *, rows: int,
                         duration_s=_budget_s(cfg, rows), extra=extra) as rx:
         rx.wait_ready()
         wcfg = WriterConfig(rx.data, rx.feedback, mode=mode, stream=STREAM, run_id=run_id,
-                            nak=LOOPBACK_NAK,
-                            wait_receivers=len(specs), batch_rows=cfg.batch_rows)
+                            nak=LOOPBACK_NAK, wait_receivers=len(specs),
+                            batch_rows=cfg.batch_rows, arrow_rows=cfg.batch_rows)
         t0 = time.monotonic()
-        senders = send_and_collect(df, wcfg)
+        senders = send(spark, df, wcfg, cfg.writer)
         job_s = time.monotonic() - t0
         receivers = rx.results(timeout_s=_budget_s(cfg, rows))
     return {"mode": mode, "run_id": run_id, "rows": rows, "partitions": partitions,
             "job_s": job_s, "senders": senders, "receivers": receivers}
+
+
+def send(spark: Any, df: Any, wcfg: WriterConfig, writer: str) -> list[dict[str, Any]]:
+    """Send ``df`` the way ``writer`` names; return the tasks' metrics rows (the data
+    source's commit writes them to a file on the driver's side, read back here)."""
+    if writer == "foreach":
+        return send_and_collect(df, wcfg)
+    from .datasource import NakflowDataSource
+
+    spark.dataSource.register(NakflowDataSource)
+    with tempfile.TemporaryDirectory(prefix="nakflow-eval-") as tmp:
+        path = os.path.join(tmp, "tasks.jsonl")
+        options = {k: str(v) for k, v in (
+            ("data", ",".join(wcfg.data)), ("feedback", ",".join(wcfg.feedback)),
+            ("mode", wcfg.mode), ("stream", wcfg.stream), ("run_id", wcfg.run_id),
+            ("wait_receivers", wcfg.wait_receivers), ("batch_rows", wcfg.batch_rows),
+            ("arrow_rows", wcfg.arrow_rows), ("metrics_path", path))}
+        df.write.format("nakflow").mode("append").options(**options).save()
+        with open(path) as f:
+            return [json.loads(line) for line in f]
 
 
 def table_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -169,8 +213,8 @@ def table_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
         complete = {s["sender"] for s in r["senders"] if s["status"] == "complete"}
         out.append({
             "mode": run["mode"], "receiver": r["receiver_id"], "rows_per_s": rows_per_s,
-            "goodput": round(r["goodput_msgs"]), "delivered": r["delivered"],
-            "missing": run["rows"] - r["delivered"], "dropped": r["dropped"],
+            "goodput": round(r["goodput_msgs"]), "delivered": r["rows"],
+            "missing": run["rows"] - r["rows"], "dropped": r["dropped"],
             "repaired": r["repaired"], "lost": r["lost"], "dups": r["duplicates"],
             "complete": f"{len(complete)}/{run['partitions']}",
             "queue_peak": r["queue_peak"], "blocked_s": common["blocked_s"],
@@ -195,12 +239,40 @@ def warm_up(df: Any) -> int:
     return int(sum(df.rdd.mapPartitions(_count_rows).collect()))
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def warm_up_data_source(spark: Any, partitions: int) -> None:
+    """One small write through the data source before timing anything: its first write
+    in a session plans in fresh Python workers on the driver's side (seconds), which
+    whichever mode ran first would pay for. Mode none to endpoints nobody binds, waiting
+    for no receiver: the rows reach nobody, by design."""
+    from .datasource import NakflowDataSource
+
+    spark.dataSource.register(NakflowDataSource)
+    (spark.range(partitions * 8, numPartitions=partitions).write.format("nakflow")
+     .mode("append").option("data", f"tcp://127.0.0.1:{_free_port()}")
+     .option("feedback", f"tcp://127.0.0.1:{_free_port()}").option("mode", "none")
+     .option("wait_receivers", "0").option("stream", "eval-warm-up").save())
+
+
 def run_eval(spark: Any, cfg: EvalConfig,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every mode of ``cfg`` on ``spark``; return runs, table and config (JSON-ready)."""
     df = load_input(spark, cfg)
     partitions = df.rdd.getNumPartitions()
     rows = warm_up(df)
+    if cfg.writer == "datasource" and not executors_import(spark, "pyarrow"):
+        if progress is not None:
+            progress("[eval] the executors' Python has no pyarrow, which the data source's "
+                     "Arrow writer needs there: sending with foreachPartition (--writer "
+                     "foreach); install pyarrow on the workers for the data source")
+        cfg = replace(cfg, writer="foreach")
+    if cfg.writer == "datasource":
+        warm_up_data_source(spark, partitions)
     runs: list[dict[str, Any]] = []
     table: list[dict[str, Any]] = []
     if progress is not None and not cfg.receivers:
@@ -211,9 +283,10 @@ def run_eval(spark: Any, cfg: EvalConfig,
         runs.append(run)
         table += table_rows(run)
         if progress is not None:
-            worst = max((rows - r["delivered"] for r in run["receivers"]), default=None)
+            worst = max((rows - r["rows"] for r in run["receivers"]), default=None)
             tail = "" if worst is None else f", at most {worst:,} rows missing at a receiver"
-            progress(f"[eval] mode {mode}: {rows:,} rows from {partitions} tasks in "
+            via = "the data source" if cfg.writer == "datasource" else "foreachPartition"
+            progress(f"[eval] mode {mode}: {rows:,} rows from {partitions} tasks ({via}) in "
                      f"{run['job_s']:.1f} s ({rows / run['job_s']:,.0f} rows/s){tail}")
     return {"config": asdict(cfg), "spark_master": spark.sparkContext.master,
             "rows": rows, "partitions": partitions, "runs": runs, "table": table}

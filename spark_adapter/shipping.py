@@ -158,6 +158,25 @@ def check_executors(spark: Any, tasks: int | None = None) -> list[tuple[Any, ...
     return list(seen)
 
 
+def _imports(name: str) -> Any:
+    def probe(_: Iterator[Any]) -> Iterator[bool]:
+        try:
+            __import__(name)
+        except ImportError:
+            yield False
+        else:
+            yield True
+    return probe
+
+
+def executors_import(spark: Any, module: str) -> bool:
+    """Can every executor slot import ``module`` (e.g. ``pyarrow``, which the data source's
+    Arrow writer needs on the executors and which is too big to ship with each job)?"""
+    sc = spark.sparkContext
+    tasks = max(2, 2 * sc.defaultParallelism)
+    return all(sc.parallelize(range(tasks), tasks).mapPartitions(_imports(module)).collect())
+
+
 _MISSING = re.compile(r"No module named '([\w.]+)'")
 
 

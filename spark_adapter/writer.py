@@ -43,6 +43,7 @@ METRICS_COLUMNS: tuple[tuple[str, str], ...] = (
     ("start_rate_limit", "double"), ("beyond_history", "bigint"), ("mismatched", "bigint"),
     ("receivers_complete", "int"), ("receivers_incomplete", "int"), ("receivers_gone", "int"),
     ("receivers_unconfirmed", "int"), ("at_close", "map<string,string>"),
+    ("messages", "bigint"),
 )
 METRICS_DDL = ", ".join(f"{name} {kind}" for name, kind in METRICS_COLUMNS)
 
@@ -97,6 +98,14 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
     """
     serialize: Callable[[Any], bytes] = config.serializer or (
         row_to_msgpack if schema is None else msgpack_serializer(schema))
+    return send_payloads(config, map(serialize, rows), identity)
+
+
+def send_payloads(config: WriterConfig, payloads: Iterable[bytes], identity: TaskIdentity,
+                  rows: Callable[[], int] | None = None) -> dict[str, Any]:
+    """``send_partition`` for payloads made already (the data source's Arrow messages):
+    one message each; ``rows`` says how many rows they carried in all once they are sent
+    (None: one row a message)."""
     ack = config.ack
     expected = config.receivers_expected
     if expected > ack.min_receivers:  # ack: send nothing before all have granted
@@ -117,8 +126,8 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
             sender.wait_for_receivers(expected, timeout=config.wait_timeout_s)
             waited = time.monotonic() - t0
         send, timeout = sender.send, config.send_timeout_s
-        for row in rows:
-            send(serialize(row), timeout)
+        for payload in payloads:
+            send(payload, timeout)
         sender.flush()
         ok = True
     finally:
@@ -143,6 +152,7 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
                     "%d frames from receivers configured differently (mode or key)",
                     identity.sender_id, identity.attempt, beyond, mismatched)
     elapsed = time.monotonic() - t0
+    sent_rows = snap["sent"] if rows is None else rows()
     at_close = snap.get("at_close") or []
     counts = snap.get("at_close_counts") or {}
     require = config.require_complete
@@ -150,7 +160,7 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
         at_close, live_only=require == "live", counts=counts)
     if short:
         raise IncompleteDelivery(
-            f"sender {identity.sender_id} epoch {identity.attempt} sent {snap['sent']:,} rows, "
+            f"sender {identity.sender_id} epoch {identity.attempt} sent {sent_rows:,} rows, "
             f"but {'; '.join(short)} (require_complete={require!r}: the task fails and Spark "
             "retries it; receivers with drop_duplicates deliver each row once)", at_close)
     gone = [c for c in at_close if c["status"] != "complete"]
@@ -162,9 +172,10 @@ def send_partition(config: WriterConfig, rows: Iterable[Any], identity: TaskIden
         "partition": identity.partition, "attempt": identity.attempt, "stage": identity.stage,
         "task_attempt_id": identity.task_attempt_id,
         "executor": f"{socket.gethostname()}/{os.getpid()}", "mode": config.mode,
-        "rows": snap["sent"], "bytes": snap["bytes"],
+        "rows": sent_rows, "messages": snap["sent"],
+        "bytes": snap["bytes"],
         "frames": snap["frames"], "elapsed_s": round(elapsed, 6),
-        "rows_per_s": round(snap["sent"] / elapsed, 1) if elapsed > 0 else 0.0,
+        "rows_per_s": round(sent_rows / elapsed, 1) if elapsed > 0 else 0.0,
         "wait_receivers_s": round(waited, 6), "blocked_s": snap["blocked_s"],
         "credit_stalled_s": snap["credit_stalled_s"], "naks": sum(naks.values()),
         "naks_by_level": naks, "cuts": int(snap["cuts"]),

@@ -21,6 +21,8 @@ from tests.test_spark_adapter import example_frame, fail_first_attempt
 
 def main(argv: list[str]) -> int:
     master, python, data, feedback, rows, ship, *rest = argv
+    if rest == ["datasource"]:
+        return write_with_the_data_source(master, python, data, feedback, int(rows), ship)
     pushgateway = rest[0] if rest else None
     try:
         spark = spark_session(master, "nakflow-standalone-test", ship=ship,
@@ -34,6 +36,31 @@ def main(argv: list[str]) -> int:
                            serializer=fail_first_attempt(partition=1, after_rows=1_500))
         metrics = send_with_metrics(example_frame(spark, int(rows), 2), cfg).collect()
         print(json.dumps([m.asDict(recursive=True) for m in metrics]))
+    finally:
+        spark.stop()
+    return 0
+
+
+def write_with_the_data_source(master: str, python: str, data: str, feedback: str,
+                               rows: int, ship: str) -> int:
+    """``df.write.format("nakflow")`` from the cluster's executors; prints the tasks'
+    metrics rows (the driver's commit writes them) as one JSON list."""
+    import os
+    import tempfile
+
+    from spark_adapter import NakflowDataSource
+
+    spark = spark_session(master, "nakflow-standalone-datasource", ship=ship,
+                          executor_python=python)
+    try:
+        spark.dataSource.register(NakflowDataSource)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "tasks.jsonl")
+            (example_frame(spark, rows, 2).write.format("nakflow").mode("append")
+             .option("data", data).option("feedback", feedback).option("stream", "test")
+             .option("metrics_path", path).save())
+            with open(path) as f:
+                print(json.dumps([json.loads(line) for line in f]))
     finally:
         spark.stop()
     return 0

@@ -83,8 +83,8 @@ def test_getting_started_spark_job_end_to_end(tmp_path) -> None:
     out = run(["bash", "-ec", script], tmp_path, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     verdicts = [line for line in out.stderr.splitlines() if "nakflow receive: delivered" in line]
-    assert verdicts == ["nakflow receive: delivered 50,000 of 50,000 from 2 senders, "
-                        "0 missing"] * 2, out.stderr[-3000:]
+    assert verdicts == ["nakflow receive: delivered 50 messages (50,000 rows) of 50 from 2 "
+                        "senders, 0 messages missing"] * 2, out.stderr[-3000:]
 
 
 # -- the parameter table -------------------------------------------------------------

@@ -184,8 +184,9 @@ def test_slow_receiver_none_drops_nak_and_ack_do_not(spark):
     """The evaluation's own runner, small: receiver processes, one consuming 5k rows/s,
     one whose consumer stalls for 0.5 s (``--stall-for``)."""
     # 0.8 s of queue at the slow rate: with 2,000 the margin was ~170 rows (one CI overflow)
+    # row by row (one message a row), so that messages dropped are rows missing
     cfg = EvalConfig(rows=15_000, partitions=2, slow_rate=5_000, capacity=4_000,
-                     stall_for_s=0.5, stall_at_s=0.5)
+                     stall_for_s=0.5, stall_at_s=0.5, writer="foreach")
     result = run_eval(spark, cfg)
     table = {(r["mode"], r["receiver"]): r for r in result["table"]}
     assert set(table) == {(m, r) for m in ("nak", "ack", "none")

@@ -143,3 +143,28 @@ def test_the_writer_works_through_a_spark_connect_server():
     for ids, snap in zip(rx.ids, snaps, strict=True):
         assert sorted(ids) == list(range(6_000))
         assert (snap["dropped"], snap["lost"]) == (0, 0)
+
+
+def test_the_data_source_writes_from_the_clusters_executors(cluster):
+    """``df.write.format("nakflow")`` on the standalone cluster, the executors on this
+    venv's Python (the data source's Arrow writer needs pyarrow there, which is too big
+    to ship with a job: ``nakflow eval`` says so and sends row by row without it)."""
+    from tests.test_datasource import Collector
+
+    rx = Collector(stream="test")
+    try:
+        cmd = [sys.executable, "-m", "tests.standalone_job", cluster.master, sys.executable,
+               rx.rx.data_endpoints[0], rx.rx.feedback_endpoints[0], "6000", "none",
+               "datasource"]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert run.returncode == 0, run.stderr[-3000:] + cluster.logs()[-6000:]
+        snap = rx.finish(2)
+    finally:
+        rx.rx.close()
+    from nakflow.arrow import to_record_batch
+
+    assert sorted(to_record_batch(rx.got).column("id").to_pylist()) == list(range(6_000))
+    tasks = json.loads(run.stdout.strip().splitlines()[-1])
+    assert sorted(t["partition"] for t in tasks) == [0, 1]
+    assert snap["lost"] == 0 and snap["duplicates"] == 0
+    assert all(t["receivers_complete"] == 1 and t["rows"] == 3_000 for t in tasks)

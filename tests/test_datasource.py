@@ -1,0 +1,177 @@
+"""The Spark data source (``df.write.format("nakflow")``, ``writeStream.format("nakflow")``)
+with real Spark, real receiver processes and a real Parquet sink."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from nakflow.arrow import ARROW_MAGIC, to_record_batch
+from nakflow.receiver import Receiver
+from nakflow.testing import LocalReceivers, ReceiverSpec
+from tests.stream_job import start_query
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+on_both = pytest.mark.parametrize("spark", ["local", "local-cluster"], indirect=True)
+on_local = pytest.mark.parametrize("spark", ["local"], indirect=True)
+
+def typed_frame(spark, n: int, parts: int):  # type: ignore[no-untyped-def]
+    """long, string, timestamp, decimal, nullable double (every 7th row null), made by
+    Spark itself (a Python list of 20k rows takes longer to ship than to send)."""
+    return spark.range(n, numPartitions=parts).selectExpr(
+        "id", "IF(id % 11 = 0, '', concat('row-', id)) AS name",
+        "timestamp_seconds(1774744200 + id * 37) AS at",
+        "CAST(id / 100 AS DECIMAL(12,2)) AS price",
+        "IF(id % 7 = 0, CAST(NULL AS DOUBLE), id * 0.5) AS score")
+
+
+class Collector:
+    """An in-process receiver keeping every payload."""
+
+    def __init__(self, mode: str = "nak", stream: str = "ds") -> None:
+        self.rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode=mode, stream=stream,
+                           capacity_msgs=2_000, drop_duplicates=True)
+        self.got: list = []
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        for m in self.rx:
+            self.got.append(m)
+
+    def finish(self, ends: int) -> dict:
+        assert self.rx.wait_for_ends(ends, 60), self.rx.ends()
+        assert self.rx.wait_drained(60)
+        self.rx.close()
+        self._t.join(10)
+        return self.rx.snapshot()
+
+
+@on_both
+def test_a_typed_frame_round_trips_through_the_data_source_into_parquet(spark, tmp_path):
+    from spark_adapter import NakflowDataSource
+
+    spark.dataSource.register(NakflowDataSource)
+    df = typed_frame(spark, 20_000, parts=3)
+    out = tmp_path / "pq"
+    metrics = tmp_path / "metrics.jsonl"
+    parquet = LocalReceivers([ReceiverSpec("pq", drop_duplicates=True)], mode="nak",
+                             senders=3, stream="ds", extra=["--sink", f"parquet:{out}"])
+    mem = Collector()
+    try:
+        parquet.wait_ready()
+        (df.write.format("nakflow").mode("append")
+         .option("data", ",".join([*parquet.data, *mem.rx.data_endpoints]))
+         .option("feedback", ",".join([*parquet.feedback, *mem.rx.feedback_endpoints]))
+         .option("stream", "ds").option("arrow_rows", "500")
+         .option("metrics_path", str(metrics)).save())
+        report = parquet.results()[0]
+        snap = mem.finish(ends=3)
+    finally:
+        parquet.close()
+    assert report["exit_status"] == 0 and report["sink"]["error"] is None
+    assert report["sink"]["not_written"] == 0
+    back = spark.read.parquet(str(out))
+    assert [(f.name, f.dataType.simpleString()) for f in back.schema] == [
+        ("id", "bigint"), ("name", "string"), ("at", "timestamp"), ("price", "decimal(12,2)"),
+        ("score", "double")]
+    assert back.exceptAll(df).count() == 0 and df.exceptAll(back).count() == 0
+    assert back.count() == 20_000
+    # the in-process receiver: Arrow messages of at most arrow_rows rows, the same rows
+    assert all(m.payload[:4] == ARROW_MAGIC for m in mem.got)
+    batch = to_record_batch(mem.got)
+    assert batch.num_rows == 20_000 and snap["delivered"] == len(mem.got)
+    assert sorted(batch.column("id").to_pylist()) == list(range(20_000))
+    assert max(to_record_batch([m]).num_rows for m in mem.got) <= 500
+    tasks = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert sorted(t["partition"] for t in tasks) == [0, 1, 2]
+    assert sum(t["rows"] for t in tasks) == 20_000
+    assert all(t["receivers_complete"] == 2 for t in tasks)
+    assert sum(t["messages"] for t in tasks) == len(mem.got)
+
+
+@on_local
+def test_bad_options_fail_the_write_with_a_clear_error(spark):
+    from spark_adapter import NakflowDataSource
+
+    spark.dataSource.register(NakflowDataSource)
+    df = spark.range(10)
+    with pytest.raises(Exception, match="unknown nakflow option 'speed'"):
+        (df.write.format("nakflow").mode("append").option("data", "tcp://127.0.0.1:9")
+         .option("feedback", "tcp://127.0.0.1:11").option("speed", "fast").save())
+    with pytest.raises(Exception, match="option 'feedback' is required"):
+        df.write.format("nakflow").mode("append").option("data", "tcp://127.0.0.1:9").save()
+    with pytest.raises(Exception, match="cannot overwrite"):
+        (df.write.format("nakflow").mode("overwrite").option("data", "tcp://127.0.0.1:9")
+         .option("feedback", "tcp://127.0.0.1:11").save())
+
+
+def _start_stream(args: list[str]) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    return subprocess.Popen([sys.executable, "tests/stream_job.py", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@on_local
+def test_a_stream_killed_mid_way_and_restarted_delivers_every_row_once(spark, tmp_path):
+    """availableNow over 3 parquet files (one batch each), sent at 1,500 rows/s so that
+    the first run (its own process) is surely mid-way when it is killed (SIGKILL: no
+    cleanup at all); the restart from the checkpoint (in this process) replays the
+    unfinished batch under the same sender ids and the receiver's dedupe delivers each
+    row once."""
+    src = tmp_path / "src"
+    spark.range(4_500, numPartitions=3).selectExpr(
+        "id", "concat('row-', id) AS name").write.parquet(str(src))
+    rx = Collector(stream="st")
+    args = [str(src), str(tmp_path / "ckpt"), rx.rx.data_endpoints[0],
+            rx.rx.feedback_endpoints[0], "arrow_rows=100", "max_rate_msgs=1500"]
+    first = _start_stream(args)
+    try:
+        deadline = time.monotonic() + 120
+        while sum(len(to_record_batch([m])) for m in list(rx.got)) < 2_000:
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first run sent too little"
+            time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+        killed_at = len(rx.got)
+        query = start_query(spark, *args)  # restarted here, from the checkpoint
+        assert query.awaitTermination(300)
+        assert query.exception() is None and query.lastProgress["batchId"] >= 1
+        snap = rx.finish(ends=len(rx.rx.ends()))
+    finally:
+        if first.poll() is None:
+            first.kill()
+    ids = to_record_batch(rx.got).column("id").to_pylist()
+    assert len(ids) == 4_500 and sorted(ids) == list(range(4_500)), (killed_at, snap)
+    # the kill came mid-way through the second batch: its replay was a re-send, dropped
+    assert snap["duplicates"] > 0 and snap["lost"] == 0
+
+
+@on_local
+def test_the_eval_sends_through_the_data_source_when_asked(spark):
+    """``nakflow eval --writer datasource``'s runner (ack and none: the eval's NAK run
+    with coarse messages is a known limit, README): rows counted at the receivers, the
+    tasks' metrics from the driver's commit."""
+    from spark_adapter.evaluation import EvalConfig, run_eval
+
+    cfg = EvalConfig(rows=15_000, partitions=2, slow_rate=5_000, capacity=4_000,
+                     modes=("ack", "none"), writer="datasource")
+    result = run_eval(spark, cfg)
+    assert result["config"]["writer"] == "datasource"
+    table = {(r["mode"], r["receiver"]): r for r in result["table"]}
+    for name in ("slow", "fast-1", "fast-2"):
+        row = table["ack", name]
+        assert (row["delivered"], row["missing"], row["dropped"]) == (15_000, 0, 0), row
+        assert row["complete"] == "2/2"
+    assert table["none", "slow"]["missing"] > 0  # no flow control: the slow one drops
+    runs = {r["mode"]: r for r in result["runs"]}
+    assert sorted(s["partition"] for s in runs["ack"]["senders"]) == [0, 1]
+    assert all(s["rows"] == 7_500 and s["messages"] == 59 for s in runs["ack"]["senders"])
