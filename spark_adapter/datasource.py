@@ -72,17 +72,21 @@ def arrow_messages(batches: Iterator[Any], max_rows: int, counted: list[int]) ->
 
 def per_message(config: WriterConfig) -> WriterConfig:
     """``config`` with its rates (given in rows/s, as for the row writer) turned into
-    messages/s for messages of ``arrow_rows`` rows: NAK's initial, floor and ceiling rates
-    and the per-task cap. The policies count messages; so a rate means the same rows/s
-    whichever writer sends."""
+    messages/s for messages of ``arrow_rows`` rows: NAK's initial rate and ceiling and the
+    per-task cap. The policies count messages, so a rate means the same rows/s whichever
+    writer sends. Not NAK's floor (``min_rate_msgs``, 50 messages/s): the sender's repairs
+    wait for its rate limit, and a floor of 50/128 messages/s answered a slow receiver's
+    repair requests more slowly than it waits for them (10 tries 0.1 s apart): it gave
+    up before the close and the task failed (the eval with a receiver taking 39
+    messages/s)."""
     per = config.arrow_rows
     if per == 1:
         return config
     nak = config.nak
-    nak = replace(nak, min_rate_msgs=nak.min_rate_msgs / per,
-                  max_rate_msgs=nak.max_rate_msgs / per,
-                  initial_rate_msgs=(None if nak.initial_rate_msgs is None
-                                     else nak.initial_rate_msgs / per))
+    initial = (None if nak.initial_rate_msgs is None
+               else max(nak.min_rate_msgs, nak.initial_rate_msgs / per))
+    nak = replace(nak, max_rate_msgs=max(nak.min_rate_msgs, nak.max_rate_msgs / per),
+                  initial_rate_msgs=initial)
     cap = None if config.max_rate_msgs is None else config.max_rate_msgs / per
     return replace(config, nak=nak, max_rate_msgs=cap)
 
