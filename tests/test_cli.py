@@ -38,7 +38,7 @@ def receiver(data: str, feedback: str, *extra: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()  # the ready line: it has bound
-    assert "nakflow receive: ready" in line, line
+    assert "nakflow receive: ready" in line, line + proc.communicate()[1]
     return proc
 
 

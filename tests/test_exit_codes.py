@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,33 +16,10 @@ from nakflow import ConfigError, PeerMismatch, Sender
 from nakflow.keyfile import write_shared_key
 from nakflow.testing import nakflow_cmd
 from spark_adapter import WriterConfig
+from tests.test_cli import endpoints, nakflow, receiver
 from transports import EndpointError
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def endpoints() -> tuple[str, str]:
-    return f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-
-
-def nakflow(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(nakflow_cmd(*args), capture_output=True, text=True, timeout=timeout)
-
-
-def receiver(data: str, feedback: str, *extra: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(nakflow_cmd("receive", "--data", data, "--feedback", feedback,
-                                        "--json", *extra),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    line = proc.stderr.readline()  # the ready line: it has bound
-    assert "nakflow receive: ready" in line, line + proc.communicate()[1]
-    return proc
 
 
 def last_line(text: str) -> str:
