@@ -155,6 +155,7 @@ def test_a_sink_that_dies_mid_stream_stops_the_service_with_1_and_says_what_it_w
     ("cmd:true", "exited at once with status 0"),
     ("cmd:sh -c 'exit 3'", "exited at once with status 3"),
     ("file:/no/such/dir/out.jsonl", "cannot open /no/such/dir/out.jsonl"),
+    ("parquet:/proc/nakflow-no-such-dir", "cannot create /proc/nakflow-no-such-dir"),
 ])
 def test_a_sink_that_cannot_start_is_one_line_exit_2_and_no_ready(sink, words):
     out = nakflow("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
