@@ -7,9 +7,12 @@ Entries are whole DATA frames (one or many payloads); a repair re-sends only the
 requested slice of a frame. No clock: ``now`` comes in.
 
 A receiver whose own queue dropped messages asks at once to have them held (``hold``):
-the frames holding them are pinned for that receiver for ``history_age_s`` and survive
-the bounds meanwhile (``kept``), so what was dropped while the history still held it stays
-repairable however fast the history moves on, until the receiver has room to take it.
+the frames holding them are pinned for that receiver for ``history_age_s`` from its last
+hold and survive the bounds meanwhile (``kept``), so what was dropped while the history
+still held it stays repairable however fast the history moves on, until the receiver has
+room to take it. A receiver renews its holds while it is owed them (``RepairRequester``),
+so one that consumes more slowly than the history's age is not cut off; one that dies
+stops renewing and its pins end.
 Pins share the byte bound: what is kept shortens the history of everything else, one
 receiver may pin at most PIN_SHARE of it, and when what is kept fills the bound
 (``over``) the sender slows (``SenderCore``) rather than forget what is owed.
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections import deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -77,7 +79,8 @@ class SendHistory:
         self._kept: dict[int, _Entry] = {}
         self._kept_starts: list[int] = []  # sorted seqs of _kept
         self._kept_until: list[tuple[float, int]] = []  # heap: (a pin's end, entry seq)
-        self._pin_log: dict[str, deque[tuple[float, int]]] = {}  # (until, bytes) per receiver
+        # per receiver: entry seq -> (until, bytes) of what it pins (renewed pins counted once)
+        self._pin_log: dict[str, dict[int, tuple[float, int]]] = {}
         self.kept_bytes = 0
         self.held_msgs = 0  # messages receivers asked to have held
         self.hold_refused_msgs = 0  # ... that were past their PIN_SHARE (not held)
@@ -178,12 +181,12 @@ class SendHistory:
         log = self._pin_log.get(who)
         if log is None:
             return 0
-        while log and log[0][0] <= now:
-            log.popleft()
+        for seq in [seq for seq, (until, _n) in log.items() if until <= now]:
+            del log[seq]
         if not log:
             del self._pin_log[who]
             return 0
-        return sum(n for _u, n in log)
+        return sum(n for _u, n in log.values())
 
     def hold(self, ranges: Sequence[Range], *, now: float, who: str) -> list[Range]:
         """Keep what ``ranges`` hold for receiver ``who`` until ``now + history_age_s``
@@ -199,14 +202,16 @@ class SendHistory:
             if lo >= hi:
                 continue
             self.held_msgs += hi - lo
+            log = self._pin_log.setdefault(who, {})
             for e, s_lo, s_hi in self._covering(lo, hi, gone):
                 mine = self._pins.setdefault(e.seq, {})
-                if mine.get(who, 0.0) > now:  # pinned already: for longer now
+                if mine.get(who, 0.0) > now:  # pinned already (a renewal): for longer now
                     mine[who] = until
+                    log[e.seq] = (until, e.nbytes)
                 elif budget >= e.nbytes:
                     mine[who] = until
                     budget -= e.nbytes
-                    self._pin_log.setdefault(who, deque()).append((until, e.nbytes))
+                    log[e.seq] = (until, e.nbytes)
                 else:
                     if not mine:
                         del self._pins[e.seq]
@@ -214,6 +219,8 @@ class SendHistory:
                     continue
                 if e.seq in self._kept:
                     heapq.heappush(self._kept_until, (mine[who], e.seq))
+            if not log:
+                del self._pin_log[who]
         for g_lo, g_hi in gone:
             self.gone_msgs += g_hi - g_lo
         return gone

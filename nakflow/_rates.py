@@ -16,6 +16,9 @@ from __future__ import annotations
 
 #: The consumer counts as away after this long without taking anything while work waits, s.
 ABSENT_S = 0.02
+#: A consumer whose takes are this many of its usual gaps apart (``DrainMeter.gap_s``)
+#: while work waits has paused, not slowed (``FillSignals.judge``).
+PAUSE_GAPS = 3.0
 #: A sender not heard for this long no longer counts in the arrival rate, s.
 ARRIVAL_FRESH_S = 1.0
 MAX_SENDERS = 1024
@@ -94,6 +97,9 @@ class DrainMeter:
         self.span_s = 4 * window_s  # the rate covers about this long
         self._last: tuple[float, int, int] | None = None  # (now, delivered, depth)
         self._took_at = 0.0  # when it last took something
+        #: the usual time between two takes while work waited, s (0: not seen yet): a
+        #: consumer of 100 KB Arrow messages takes one every 0.2 s and is not paused for it
+        self.gap_s = 0.0
         self.caught_up = False  # the last time it took something, it took all there was
         self._busy_s = 0.0
         self._busy_msgs = 0
@@ -108,6 +114,10 @@ class DrainMeter:
         t0, d0, depth0 = last
         took = delivered - d0
         if took:
+            if depth0 and now - t0 <= ABSENT_S:  # work waited and the process ran: the
+                # gap is the consumer's own; clipped, one pause moves it at most 1.75x
+                g, gap = self.gap_s, now - self._took_at
+                self.gap_s = gap if not g else 0.75 * g + 0.25 * min(gap, 4.0 * g)
             self._took_at = now
             self.caught_up = took >= depth0  # the I/O thread puts only at its looks
         if depth0 > took and now - t0 <= ABSENT_S:  # it left work behind; the process ran
@@ -128,6 +138,12 @@ class DrainMeter:
     def restart(self) -> None:
         """Forget the rate: judge the consumer afresh (after a hold-up)."""
         self.rate, self._busy_s, self._busy_msgs = None, 0.0, 0
+
+    def pause_after(self) -> float:
+        """How long work may wait with nothing taken before the consumer counts as
+        paused, s: PAUSE_GAPS of its usual gap between takes (``FillSignals.judge``
+        takes the longer of this and PAUSE_S)."""
+        return PAUSE_GAPS * self.gap_s
 
     def away_for(self, now: float) -> float:
         """How long work has waited with nothing taken, s (0: the consumer is there)."""

@@ -5,8 +5,9 @@ many receivers miss the same frame a few ask and the rest overhear them; a gap
 someone else asked for is not asked for again until ``retry_s`` passed without the
 repair. Seqs the receiver's own full queue dropped are asked for only once the fill
 is below ``refill_below`` (room is back); meanwhile, at once, the sender is asked to
-hold them (a REPAIR with ``hold``: at most one every HOLD_EVERY_S per stream), so the
-history still has them when room comes however fast it moves on. After
+hold them (a REPAIR with ``hold``: at most one every HOLD_EVERY_S per stream, and all
+that is still owed again every HOLD_RENEW_S), so the history still has them when room
+comes however fast it moves on and however slowly the consumer gets there. After
 ``max_requests`` with no repair of that stream arriving in between (a sender gone or
 unreachable), a gap is given up. Requests are multicast feedback (REPAIR) like NAKs.
 No clock, no randomness of its own: ``now`` and ``rng`` come in.
@@ -28,6 +29,11 @@ from ._seqtrack import SequenceTracker
 #: overflows drops message by message, and one hold frame per look would flood the
 #: feedback channel; the history keeps far longer than this.
 HOLD_EVERY_S = 0.01
+#: While a stream's own drops wait for room, their hold is renewed this often, s (well
+#: inside the history's default age, 5 s): a consumer slower than the history's age (a
+#: data source's 1,024-row messages to a receiver taking 5 a second) is still owed them
+#: at the end, and a sender's pin without renewal ended and said GONE (beyond_history).
+HOLD_RENEW_S = 1.0
 
 
 class RepairRequester:
@@ -54,6 +60,7 @@ class RepairRequester:
         self.holds_sent = 0  # REPAIR frames asking the sender to hold own drops
         self.msgs_held = 0
         self._held_at: dict[tuple[str, int], float] = {}  # stream -> its last hold
+        self._renewed_at: dict[tuple[str, int], float] = {}  # stream -> its holds' last renewal
 
     def set_rtt(self, rtt_s: float) -> None:
         """The senders' group RTT: a request is asked again no sooner than its repair can
@@ -91,6 +98,7 @@ class RepairRequester:
             if not gaps:
                 del tracker.with_gaps[key]
                 self._held_at.pop(key, None)
+                self._renewed_at.pop(key, None)
             elif due < scheduled.get(key, math.inf):
                 scheduled[key] = due
                 heapq.heappush(heap, (due, key))
@@ -108,6 +116,8 @@ class RepairRequester:
             heapq.heapify(self._heap)
         if len(self._held_at) > 2 * len(tracker.with_gaps) + 64:
             self._held_at = {k: v for k, v in self._held_at.items() if k in tracker.with_gaps}
+            self._renewed_at = {k: v for k, v in self._renewed_at.items()
+                                if k in tracker.with_gaps}
         self.requests_sent += len(out)
         return out
 
@@ -115,15 +125,28 @@ class RepairRequester:
                now: float) -> tuple[list[tuple[int, int]], float]:
         """What this receiver's own queue dropped and the sender has not yet been asked to
         hold, while there is no room to ask for it (below ``refill_below`` it is asked for
-        at once anyway); and when to look again if the last hold went too recently."""
-        if fill < self.config.refill_below or self.capacity_msgs is None:
+        at once anyway); every HOLD_RENEW_S all of it that is still owed, room or not (the
+        sender's pin lasts ``history_age_s`` from the last hold); and when to look again."""
+        if self.capacity_msgs is None:
             return [], math.inf
-        todo = [g for g in gaps if g.kind in (DROPPED, DROPPED_OWN) and g.held_to < g.hi]
+        own = [g for g in gaps if g.kind in (DROPPED, DROPPED_OWN)]
+        if not own:
+            self._renewed_at.pop(key, None)
+            return [], math.inf
+        renew = self._renewed_at.setdefault(key, now) + HOLD_RENEW_S
+        if now >= renew:  # still owed: hold all of it for longer
+            self._renewed_at[key] = now
+            renew = now + HOLD_RENEW_S
+            for g in own:
+                g.held_to = 0
+        elif fill < self.config.refill_below:
+            return [], renew
+        todo = [g for g in own if g.held_to < g.hi]
         if not todo:
-            return [], math.inf
+            return [], renew
         last = self._held_at.get(key, -math.inf)
         if now - last < HOLD_EVERY_S:
-            return [], last + HOLD_EVERY_S
+            return [], min(renew, last + HOLD_EVERY_S)
         self._held_at[key] = now
         out: list[tuple[int, int]] = []
         for g in todo:
@@ -134,7 +157,7 @@ class RepairRequester:
                 out.append((lo, g.hi))
             self.msgs_held += g.hi - lo
             g.held_to = g.hi
-        return out, math.inf
+        return out, renew
 
     def _due_ranges(self, key: tuple[str, int], gaps: GapList, fill: float,
                     now: float) -> tuple[list[tuple[int, int, bool]], float]:

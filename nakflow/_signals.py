@@ -20,8 +20,9 @@ QUEUE, DELAY, LOSS, SILENCE = (SIGNAL_CODES[n] for n in ("queue", "delay", "loss
 #: A NAK on the queue is news only while the consumer takes less than this much more
 #: than arrives: a backlog it drains faster is no reason to slow anyone.
 CATCH_UP = 1.1
-#: Work waiting this long with nothing taken: the consumer has paused (GC, stopped, gone
-#: elsewhere). A cut cannot help a consumer that takes nothing, s.
+#: Work waiting this long with nothing taken (or PAUSE_GAPS of the consumer's usual gap
+#: between takes, if longer): the consumer has paused (GC, stopped, gone elsewhere). A cut
+#: cannot help a consumer that takes nothing, s.
 PAUSE_S = 0.1
 #: What ``judge`` says.
 NEWS, NOT_NEWS, PAUSE = 0, 1, 2
@@ -110,7 +111,7 @@ class FillSignals:
         self.held_up = False
         if self.signal != QUEUE:
             return NEWS  # the path: the consumer cannot help it
-        if self.drain.away_for(now) >= PAUSE_S:
+        if self.drain.away_for(now) >= max(PAUSE_S, self.drain.pause_after()):
             self.held_up, self._held_at = True, now
             self.drain.restart()
             return PAUSE

@@ -16,9 +16,10 @@ from .shipping import SHIP_CHOICES
 
 #: What the eval's columns mean in its setting.
 EVAL_NOTES = {"delivered": "DataFrame rows the receiver took; missing: rows it lacks",
+              "goodput": "rows per second this receiver delivered to its application",
               "dropped": "messages (the data source: Arrow messages of up to --batch-rows "
-                         "rows; --writer foreach: one row each), as repaired, lost, dups, "
-                         "queue_peak and goodput",
+                         "rows; --writer foreach: one row each), as repaired, lost, dups "
+                         "and queue_peak",
               "receiver": "slow consumes at --slow-rate; fast-N as fast as it can; stalled "
                           "(with --stall-for) stops for that long; every Spark task sends "
                           "to all of them",
@@ -73,10 +74,11 @@ def register(sub: Any) -> None:
                    help="an external receiver's endpoints (repeatable); none are started then")
     p.add_argument("--batch-rows", type=_positive_int, default=128,
                    help="rows per message (the data source) or per DATA frame (foreach)")
-    p.add_argument("--writer", default="foreach", choices=("foreach", "datasource"),
-                   help="foreach: foreachPartition(nakflow_writer), a msgpack message a row "
-                        "(default); datasource: df.write.format('nakflow'), Arrow messages "
-                        "of --batch-rows rows (needs pyarrow on the executors)")
+    p.add_argument("--writer", default="datasource", choices=("datasource", "foreach"),
+                   help="datasource: df.write.format('nakflow'), Arrow messages of "
+                        "--batch-rows rows (default; needs pyarrow on the executors, else "
+                        "foreach); foreach: foreachPartition(nakflow_writer), a msgpack "
+                        "message a row")
     p.add_argument("--out", default=None, metavar="DIR", help="write eval.json and PNG plots")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_eval)

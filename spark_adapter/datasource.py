@@ -57,6 +57,12 @@ class TaskReport(WriterCommitMessage):
 
     metrics: dict[str, Any]
 
+#: NAK's floor for Arrow messages, messages/s (``per_message``). At it a repair for one
+#: receiver over tcp goes at the whole rate (``RepairConfig.share_alone``): 2 a second,
+#: twice what a receiver waits between the tries it counts (10 in 1 s; none count while
+#: its queue has no room). Over multicast such a repair gets a quarter of the rate.
+MIN_FLOOR_MSGS = 2.0
+
 
 def arrow_messages(batches: Iterator[Any], max_rows: int, counted: list[int]) -> Iterator[bytes]:
     """One Arrow IPC message per slice of at most ``max_rows`` rows of each batch, in
@@ -72,20 +78,24 @@ def arrow_messages(batches: Iterator[Any], max_rows: int, counted: list[int]) ->
 
 def per_message(config: WriterConfig) -> WriterConfig:
     """``config`` with its rates (given in rows/s, as for the row writer) turned into
-    messages/s for messages of ``arrow_rows`` rows: NAK's initial rate and ceiling and the
-    per-task cap. The policies count messages, so a rate means the same rows/s whichever
-    writer sends. Not NAK's floor (``min_rate_msgs``, 50 messages/s): the sender's repairs
-    wait for its rate limit, and a floor of 50/128 messages/s answered a slow receiver's
-    repair requests more slowly than it waits for them (10 tries 0.1 s apart): it gave
-    up before the close and the task failed (the eval with a receiver taking 39
-    messages/s)."""
+    messages/s for messages of ``arrow_rows`` rows: NAK's initial rate, floor and
+    ceiling and the per-task cap, so a rate means the same rows/s whichever writer sends.
+
+    NAK's floor (``min_rate_msgs``) is divided too, but kept at ``MIN_FLOOR_MSGS`` or
+    more: undivided (50 messages of 1,024 rows a second, 51k rows/s a task) no NAK could
+    slow a task to a receiver taking 5k rows/s, whose queue overflowed faster than the
+    history could keep what it asked back (``beyond_history``, the task failed); divided
+    all the way (50 rows/s, a message every 20 s) the sender's repairs, which wait for
+    its rate limit, came more slowly than the receiver waits for them (10 tries 0.1 s
+    apart) and it gave up before the close."""
     per = config.arrow_rows
     if per == 1:
         return config
     nak = config.nak
+    floor = min(nak.min_rate_msgs, max(MIN_FLOOR_MSGS, nak.min_rate_msgs / per))
     initial = (None if nak.initial_rate_msgs is None
-               else max(nak.min_rate_msgs, nak.initial_rate_msgs / per))
-    nak = replace(nak, max_rate_msgs=max(nak.min_rate_msgs, nak.max_rate_msgs / per),
+               else max(floor, nak.initial_rate_msgs / per))
+    nak = replace(nak, min_rate_msgs=floor, max_rate_msgs=max(floor, nak.max_rate_msgs / per),
                   initial_rate_msgs=initial)
     cap = None if config.max_rate_msgs is None else config.max_rate_msgs / per
     return replace(config, nak=nak, max_rate_msgs=cap)

@@ -60,12 +60,10 @@ class EvalConfig:
     receivers: tuple[tuple[str, str], ...] = ()
     #: Rows per DATA frame (``foreach``); rows per Arrow message (``datasource``).
     batch_rows: int = 128
-    #: How the job sends: ``foreach`` (``foreachPartition`` row by row, a msgpack row
-    #: each) or ``datasource`` (``df.write.format("nakflow")``, Arrow messages of
-    #: ``batch_rows`` rows). Not yet the data source by default: with its coarse messages
-    #: NAK's floor (50 messages/s a task) overruns the slow receiver (39 messages/s), and
-    #: NAK runs 0.74-0.84x of ACK where row by row it runs 0.97x (README, Known limits).
-    writer: str = "foreach"
+    #: How the job sends: ``datasource`` (``df.write.format("nakflow")``, Arrow messages
+    #: of ``batch_rows`` rows; the library's NAK defaults) or ``foreach``
+    #: (``foreachPartition`` row by row, a msgpack row each; NAK probes after 0.2 s).
+    writer: str = "datasource"
 
     def __post_init__(self) -> None:
         for m in self.modes:
@@ -212,7 +210,9 @@ def table_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
         complete = {s["sender"] for s in r["senders"] if s["status"] == "complete"}
         out.append({
             "mode": run["mode"], "receiver": r["receiver_id"], "rows_per_s": rows_per_s,
-            "goodput": round(r["goodput_msgs"]), "delivered": r["rows"],
+            # rows/s: a message is one row (foreach) or an Arrow message of many
+            "goodput": round(r["goodput_msgs"] * r["rows"] / r["delivered"]
+                             if r["delivered"] else 0), "delivered": r["rows"],
             "missing": run["rows"] - r["rows"], "dropped": r["dropped"],
             "repaired": r["repaired"], "lost": r["lost"], "dups": r["duplicates"],
             "complete": f"{len(complete)}/{run['partitions']}",
@@ -275,8 +275,10 @@ def run_eval(spark: Any, cfg: EvalConfig,
     runs: list[dict[str, Any]] = []
     table: list[dict[str, Any]] = []
     if progress is not None and not cfg.receivers:
-        progress("[eval] local receivers on loopback: nak senders probe for freed capacity "
-                 "(probe_after_s 0.2), ack receivers grant a task at most half a queue")
+        nak = ("nak senders run the library's defaults" if cfg.writer == "datasource" else
+               "nak senders probe for freed capacity (probe_after_s 0.2)")
+        progress(f"[eval] local receivers on loopback: {nak}, ack receivers grant a task at "
+                 "most half a queue")
     for mode in cfg.modes:
         run = run_mode(spark, df, mode, cfg, rows=rows, partitions=partitions)
         runs.append(run)

@@ -156,21 +156,22 @@ def test_a_stream_killed_mid_way_and_restarted_delivers_every_row_once(spark, tm
 
 
 @on_local
-def test_the_eval_sends_through_the_data_source_when_asked(spark):
-    """``nakflow eval --writer datasource``'s runner (ack and none: the eval's NAK run
-    with coarse messages is a known limit, README): rows counted at the receivers, the
-    tasks' metrics from the driver's commit."""
+def test_the_eval_sends_through_the_data_source_by_default(spark):
+    """``nakflow eval``'s runner as it runs by default, through the data source: rows
+    counted at the receivers, the tasks' metrics from the driver's commit; nak and ack
+    deliver every row (what nak's queues dropped, it had repaired), none drops."""
     from spark_adapter.evaluation import EvalConfig, run_eval
 
-    cfg = EvalConfig(rows=15_000, partitions=2, slow_rate=5_000, capacity=4_000,
-                     modes=("ack", "none"), writer="datasource")
+    cfg = EvalConfig(rows=15_000, partitions=2, slow_rate=5_000, capacity=4_000)
     result = run_eval(spark, cfg)
     assert result["config"]["writer"] == "datasource"
     table = {(r["mode"], r["receiver"]): r for r in result["table"]}
-    for name in ("slow", "fast-1", "fast-2"):
-        row = table["ack", name]
-        assert (row["delivered"], row["missing"], row["dropped"]) == (15_000, 0, 0), row
-        assert row["complete"] == "2/2"
+    for mode in ("nak", "ack"):
+        for name in ("slow", "fast-1", "fast-2"):
+            row = table[mode, name]
+            assert (row["delivered"], row["missing"], row["lost"]) == (15_000, 0, 0), row
+            assert row["dropped"] == (row["repaired"] if mode == "nak" else 0), row
+            assert row["complete"] == "2/2"
     assert table["none", "slow"]["missing"] > 0  # no flow control: the slow one drops
     runs = {r["mode"]: r for r in result["runs"]}
     assert sorted(s["partition"] for s in runs["ack"]["senders"]) == [0, 1]

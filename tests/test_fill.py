@@ -357,3 +357,33 @@ def test_a_nak_does_not_wait_out_a_hold_off_the_queue_would_fill_in():
     far.set_rtt(0.2)  # a NAK sent now acts only after the queue is full anyway: it waits
     assert far.update(500, now=0.0) is None and far.update(600, now=0.001) is None
     assert far.hurried == 0
+
+
+def test_a_steady_slow_consumer_is_slow_not_paused_and_a_stopped_one_is_paused():
+    """A consumer of coarse messages (one 100 KB Arrow message every 0.2 s) leaves work
+    waiting longer than PAUSE_S between takes every time: judged by its own gaps it is
+    slow (a cut helps it), not paused (which undid the cut and the sender overran it,
+    252 drops of 340). One that stops taking for several of its gaps has paused."""
+    from nakflow._seqtrack import SequenceTracker
+    from nakflow._signals import NEWS, PAUSE, PAUSE_S, FillSignals
+
+    tracker = SequenceTracker()
+    sig = FillSignals(NakConfig(), capacity_msgs=4, on=True)
+    delivered, now = 0, 0.0
+    verdicts = []
+    while now < 3.0:  # the I/O thread looks every 10 ms; the consumer takes one per 0.2 s
+        now = round(now + 0.01, 3)
+        if round(now * 100) % 20 == 0:
+            delivered += 1
+        sig.on_consumed(delivered, 4, now)
+        sig.seen_depth(4, 0, tracker, now=now)
+        if now > 1.0:
+            verdicts.append(sig.judge(now))
+    assert PAUSE_S < 0.2 and PAUSE not in verdicts and NEWS in verdicts
+    while now < 4.0:  # it stops taking
+        now = round(now + 0.01, 3)
+        sig.on_consumed(delivered, 4, now)
+        sig.seen_depth(4, 0, tracker, now=now)
+        if sig.judge(now) == PAUSE:
+            break
+    assert 3.0 + 0.55 <= now <= 3.0 + 0.7  # three of its 0.2 s gaps, from its last take

@@ -400,6 +400,52 @@ def test_own_drops_are_asked_to_be_held_at_once_the_new_part_at_most_every_10_ms
     assert rq.holds_sent == 2 and rq.msgs_held == 5
 
 
+def test_own_drops_still_owed_are_held_again_every_second_room_or_not():
+    """The sender's pin lasts history_age_s from the last hold: a consumer slower than
+    that (coarse Arrow messages taken 5 a second) renews it while it is owed them, and
+    stops renewing what it got."""
+    from nakflow._repair import HOLD_RENEW_S
+
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, refill_below=0.8),
+                         capacity_msgs=100)
+    t.on_data("p", 1, 0, 20)
+    for seq in (10, 11, 12):  # the queue was full: dropped as they came
+        t.on_dropped("p", 1, seq)
+
+    def holds(out: list[Repair]) -> list[tuple[tuple[int, int], ...]]:
+        return [r.ranges for r in out if r.hold]
+
+    assert holds(rq.poll(1.0, now=0.0)) == [((10, 13),)]
+    assert holds(rq.poll(1.0, now=0.5)) == []
+    assert holds(rq.poll(1.0, now=HOLD_RENEW_S)) == [((10, 13),)]  # full: renewed
+    t.on_repair("p", 1, 10, 1)  # 10 came back by repair
+    assert holds(rq.poll(0.5, now=2 * HOLD_RENEW_S)) == [((11, 13),)]  # room: still owed
+    t.on_repair("p", 1, 11, 2)
+    assert holds(rq.poll(0.5, now=3 * HOLD_RENEW_S)) == []  # owed nothing: no holds
+    assert rq.holds_sent == 3
+
+
+def test_a_renewed_pin_lasts_history_age_s_from_the_renewal_and_counts_once():
+    h = SendHistory(cfg(history_msgs=10**9, history_bytes=400, history_age_s=5.0))
+    for seq in range(0, 40, 10):
+        h.add(seq, 0.0, [b"x"] * 10, 100, now=0.0)  # frames of 100 bytes (4 fit)
+    assert h.hold([(10, 20)], now=0.0, who="r") == []
+    assert h.hold([(10, 20)], now=4.0, who="r") == []  # renewed before the pin ends
+    for seq in range(40, 100, 10):  # the history moves on past 10..19
+        h.add(seq, 0.0, [b"x"] * 10, 100, now=7.5)
+    assert h.hold([(10, 20)], now=8.0, who="r") == [] and h.hold_refused_msgs == 0
+    # the renewed pin still counts against the receiver's PIN_SHARE (100 of 400 bytes):
+    # a frame more is not pinned for it
+    assert h.hold([(90, 100)], now=8.0, who="r") == [] and h.hold_refused_msgs == 10
+    h.trim(now=12.9)
+    slices, gone = h.lookup([(10, 20)], now=12.9, who="r")
+    assert gone == [] and sum(len(sl.payloads) for sl in slices) == 10
+    assert h.kept_bytes == 100
+    h.trim(now=13.01)  # 5 s after the last renewal
+    assert h.kept_bytes == 0 and h.lookup([(10, 11)], now=13.01, who="r")[1] == [(10, 11)]
+
+
 def test_held_frames_outlive_the_bounds_for_history_age_s_and_serve_any_request():
     h = SendHistory(cfg(history_msgs=20, history_bytes=10**9, history_age_s=5.0))
     for seq in range(0, 40, 10):

@@ -149,3 +149,43 @@ def test_repairs_after_end_leave_at_the_limits_pace_not_the_feedbacks():
         print({"close_s": round(took, 3), **{k: s[k] for k in (
             "repaired", "beyond_history", "test_dropped")}})
         assert s["beyond_history"] == 0 and rx.depth() == 50_000
+
+
+def test_coarse_messages_to_a_consumer_slower_than_the_history_age_all_arrive() -> None:
+    """The data source's shape: 100 KB messages (1,024 Arrow rows), two senders, a
+    receiver that takes 5 a second with a queue of 4. It needs 12 s for what the senders
+    send in a few, longer than the history's age (5 s): its holds are renewed while it is
+    owed them, and its steady 0.2 s between takes is a slow consumer (cut for), not a
+    paused one (cuts undone). Before: the limit snapped back after every cut, the
+    receiver dropped 252 messages of 60 x 2 and ended beyond_history."""
+    import threading
+
+    specs = [ReceiverSpec("slow", consume_rate_msgs=5.0, capacity_msgs=4),
+             ReceiverSpec("fast", capacity_msgs=4)]
+    nak = NakConfig(min_rate_msgs=2.0, initial_rate_msgs=5.0)
+    closes: dict[int, list[dict]] = {}
+    with LocalReceivers(specs, mode="nak", senders=2, duration_s=120) as rx:
+        rx.wait_ready()
+
+        def send(i: int) -> None:
+            with Sender(rx.data, rx.feedback, mode="nak", nak=nak, sender_id=f"s{i}",
+                        repair=RepairConfig(linger_max_s=30.0)) as tx:
+                tx.wait_for_receivers(2, timeout=15)
+                for _ in range(30):
+                    tx.send(bytes(100_000))
+                tx.close()
+                closes[i] = tx.snapshot()["at_close"]
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        reports = {r["receiver_id"]: r for r in rx.results(timeout_s=120)}
+    assert sorted(closes) == [0, 1]
+    for at_close in closes.values():
+        assert {a["receiver"]: a["status"] for a in at_close} == {"slow": "complete",
+                                                                  "fast": "complete"}
+    for name in ("slow", "fast"):
+        r = reports[name]
+        assert r["delivered"] == 60 and r["beyond_history"] == 0 and r["lost"] == 0, r
