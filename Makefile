@@ -26,6 +26,7 @@ demo: speedups
 lint: speedups
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/pytest
@@ -39,4 +40,4 @@ stress: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build
-	$(if $(wildcard $(BIN)/python),$(BIN)/python scripts/build_speedups.py --clean,rm -f nakflow/*_c.*.so)
+	$(if $(wildcard $(BIN)/python),$(BIN)/python scripts/build_speedups.py --clean,find nakflow -name '*_c.*.so' -delete)

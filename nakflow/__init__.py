@@ -6,14 +6,22 @@ your own loop or a simulator, the queue the receivers use, and the errors. Docum
 modules go further: ``nakflow.events`` (what the cores report), ``nakflow.policies``
 (the flow-control policies by mode name, and their building blocks), ``nakflow.wire``
 (frames and codec), ``nakflow.report`` (one-line verdicts), ``nakflow.testing`` (local
-receiver and sender processes), ``nakflow.prometheus``, ``nakflow.keyfile``.
+receiver and sender processes), ``nakflow.arrow`` (Arrow messages), ``nakflow.keyfile``,
+``nakflow.live.prometheus``.
+
+The package is layered, each layer a sub-package that imports only those below it
+(``make lint`` checks it with import-linter): ``wire`` (frames, codec, authentication),
+``config``, ``policy`` (NAK rate control, fill and signals, ACK credit, the registry),
+``core`` (the sans-I/O ``SenderCore`` and ``ReceiverCore`` and their parts), ``live``
+(the threaded and asyncio drivers, the delivery queue, sinks, metrics) and ``cli``.
+``nakflow.sender``, ``nakflow.receiver`` and ``nakflow.policies`` are the public
+names of ``live.sender``, ``live.receiver`` and ``policy.registry``.
 ``import nakflow`` needs no ZeroMQ: the live classes are imported on first use.
 """
 
 from typing import TYPE_CHECKING
 
-from ._auth import AuthError, SharedKey
-from ._config import (
+from .config import (
     MODES,
     OVERFLOW_POLICIES,
     AckConfig,
@@ -23,8 +31,9 @@ from ._config import (
     SenderConfig,
     check_mode,
 )
-from ._delivery_queue import DeliveryQueue
-from ._errors import (
+from .core.receiver_core import Message, ReceiverCore
+from .core.sender_core import SenderCore
+from .errors import (
     ConfigError,
     CreditViolation,
     IncompleteDelivery,
@@ -34,19 +43,19 @@ from ._errors import (
     PeerMismatch,
     ProtocolError,
 )
-from ._receiver_core import Message, ReceiverCore
-from ._sender_core import SenderCore
+from .live.delivery_queue import DeliveryQueue
+from .wire.auth import AuthError, SharedKey
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports them on first use
     from .aio import AsyncReceiver, AsyncSender
-    from .receiver import Receiver
-    from .sender import Sender
+    from .live.receiver import Receiver
+    from .live.sender import Sender
 
 #: The live runtime, imported on first use so that ``import nakflow`` (the sans-I/O core)
 #: needs no ZeroMQ: name -> module.
-_LAZY = {"Sender": "sender", "Receiver": "receiver", "AsyncSender": "aio",
+_LAZY = {"Sender": "live.sender", "Receiver": "live.receiver", "AsyncSender": "aio",
          "AsyncReceiver": "aio"}
 
 

@@ -3,7 +3,8 @@
 The modules in ``HOT`` (the codec, the sequence tracker, the batcher, the flow and rate
 control, both protocol cores, the live Sender) are plain Python and stay the only source.
 ``scripts/build_speedups.py`` (run by ``make setup``) compiles each of them, unchanged,
-with Cython into a twin extension module ``nakflow/<name>_c*.so`` and stamps the twin
+with Cython into a twin extension module ``nakflow/<path>_c*.so`` next to its source
+(``nakflow/core/gaps_c*.so`` for ``core.gaps``) and stamps the twin
 with the SHA-256 of the source it came from. The last line of each hot module calls
 ``use_compiled(globals())``, which swaps the module's functions and classes for the
 twin's when
@@ -15,9 +16,9 @@ twin's when
   ``make setup`` rebuilds it).
 
 A hot module must not hold module-level state that changes (a registry, a cache): the
-twin runs the module's body again and would hold its own copy (``nakflow._rate_memory`` is
+twin runs the module's body again and would hold its own copy (``nakflow.policy.rate_memory`` is
 where such state lives). The compiled classes keep the pure module's name
-(``__module__``), so pickles name ``nakflow._codec.Data`` whichever runs. Spark's
+(``__module__``), so pickles name ``nakflow.wire.codec.Data`` whichever runs. Spark's
 shipped bundle carries only the ``.py`` files: executors run the pure Python unless
 nakflow is installed there with its twins.
 """
@@ -31,9 +32,11 @@ import os
 from typing import Any
 
 #: Modules compiled by scripts/build_speedups.py.
-HOT = ("_codec", "_gaps", "_seqtrack", "_batch", "_bucket", "_rate", "_credit", "policies",
-       "_fill", "_history", "_repair", "_delivery_queue", "_receiver_core", "_sender_core",
-       "_admission", "_framer", "sender")
+#: Names relative to the package (``wire.codec`` is ``nakflow/wire/codec.py``).
+HOT = ("wire.codec", "core.gaps", "core.seqtrack", "core.batch", "policy.bucket",
+       "policy.rate", "policy.credit", "policy.registry", "policy.fill", "core.history",
+       "core.repair", "live.delivery_queue", "core.receiver_core", "core.sender_core",
+       "core.admission", "core.framer", "live.sender")
 TWIN_SUFFIX = "_c"
 ENV = "NAKFLOW_PURE_PYTHON"
 
@@ -50,7 +53,7 @@ def use_compiled(ns: dict[str, Any]) -> None:
     """Called by a hot module's last line with its ``globals()``: take the compiled
     twin's functions and classes if it may be used (see the module's docstring)."""
     name: str = ns["__name__"]
-    short = name.rpartition(".")[2]
+    short = name.partition(".")[2]  # relative to the package, as in HOT
     if short.endswith(TWIN_SUFFIX) and short[:-len(TWIN_SUFFIX)] in HOT:
         return  # this is the twin itself
     if os.environ.get(ENV):

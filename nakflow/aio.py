@@ -15,7 +15,7 @@ CURVE is not offered here (its authenticator is a thread): use ``shared_key``.
 
 from __future__ import annotations
 
-from ._async_receiver import AsyncReceiver
-from ._async_sender import AsyncSender
+from .live.async_receiver import AsyncReceiver
+from .live.async_sender import AsyncSender
 
 __all__ = ["AsyncReceiver", "AsyncSender"]

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from ._errors import NakflowError
+from .errors import NakflowError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ._receiver_core import Message
+    from .core.receiver_core import Message
 
 #: The first bytes of every Arrow IPC stream message (the continuation marker).
 ARROW_MAGIC = b"\xff\xff\xff\xff"

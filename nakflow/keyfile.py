@@ -10,7 +10,7 @@ import logging
 import os
 import secrets
 
-from ._auth import SharedKey
+from .wire.auth import SharedKey
 
 log = logging.getLogger("nakflow.keyfile")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._timeline import rate_series
+from .core.timeline import rate_series
 
 __all__ = ["MISSING_REASONS", "Verdict", "at_close_problems", "rate_series",
            "receiver_verdict", "sender_verdict"]

@@ -4,7 +4,7 @@
 
 Each module in ``nakflow._speedups.HOT`` is copied, unchanged but for a stamp of its
 source's SHA-256, to a scratch package as ``<name>_c.py``, compiled (Cython, then the C
-compiler), and the resulting ``nakflow/<name>_c*.so`` is put next to its source. A twin
+compiler), and the resulting ``<name>_c*.so`` is put next to its source. A twin
 already built from the current source is kept. ``--clean`` removes every twin.
 Exit status 1 (and the compiler's words) when a build fails: nakflow then runs the pure
 Python, which is the same code.
@@ -36,9 +36,15 @@ from nakflow._speedups import HOT, TWIN_SUFFIX, source_sha256  # noqa: E402
 STAMP = "\n_SOURCE_SHA256 = {!r}  # stamped by scripts/build_speedups.py\n"
 
 
-def twins(name: str) -> list[str]:
+def source(name: str) -> pathlib.Path:
+    """The source of hot module ``name`` (``core.gaps``: ``nakflow/core/gaps.py``)."""
+    return PKG / f"{name.replace('.', '/')}.py"
+
+
+def twins(name: str, pkg: pathlib.Path = PKG) -> list[str]:
+    stem = name.replace(".", "/")
     return [p for suffix in importlib.machinery.EXTENSION_SUFFIXES
-            for p in glob.glob(str(PKG / f"{name}{TWIN_SUFFIX}{suffix}"))]
+            for p in glob.glob(str(pkg / f"{stem}{TWIN_SUFFIX}{suffix}"))]
 
 
 def stamped(name: str) -> str | None:
@@ -62,7 +68,7 @@ def main() -> int:
         return 0
     todo = []
     for name in HOT:
-        sha = source_sha256(str(PKG / f"{name}.py"))
+        sha = source_sha256(str(source(name)))
         if stamped(name) != sha:
             todo.append((name, sha))
     if not todo:
@@ -76,8 +82,10 @@ def main() -> int:
         (pkg / "__init__.py").write_text("")
         sources = []
         for name, sha in todo:
-            src = pkg / f"{name}{TWIN_SUFFIX}.py"
-            src.write_text((PKG / f"{name}.py").read_text() + STAMP.format(sha))
+            src = pkg / f"{name.replace('.', '/')}{TWIN_SUFFIX}.py"
+            src.parent.mkdir(parents=True, exist_ok=True)
+            (src.parent / "__init__.py").write_text("")
+            src.write_text(source(name).read_text() + STAMP.format(sha))
             sources.append(str(src))
         cmd = [sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-3", "-q",
                "-j", str(min(4, os.cpu_count() or 1)), "-X", "annotation_typing=False",
@@ -94,12 +102,11 @@ def main() -> int:
         for name, _ in todo:
             for old in twins(name):
                 os.remove(old)
-            built = [p for suffix in importlib.machinery.EXTENSION_SUFFIXES
-                     for p in glob.glob(str(pkg / f"{name}{TWIN_SUFFIX}{suffix}"))]
+            built = twins(name, pkg)
             if not built:
                 print(f"[speedups] {name}: no module was built", flush=True)
                 return 1
-            shutil.copy2(built[0], PKG / pathlib.Path(built[0]).name)
+            shutil.copy2(built[0], source(name).parent / pathlib.Path(built[0]).name)
     print(f"[speedups] compiled {len(todo)} modules in {time.monotonic() - t0:.0f} s",
           flush=True)
     return 0

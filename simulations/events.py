@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from nakflow.policies import make_receiver_flow, make_sender_flow
+from nakflow.policy.registry import make_receiver_flow, make_sender_flow
 from nakflow.wire import Credit, Frame, Nak
 
 from .model import SimParams

@@ -5,7 +5,7 @@ hands every feedback frame to every other receiver: O(N^2), minutes at a few hun
 This model keeps only what decides the request count, with the receivers' own rule:
 each DATA frame is lost at each receiver independently with probability ``loss``; the
 k receivers that lost it find the gap when the next frame arrives (together: equal
-delays) and each waits its hold-off, drawn by ``nakflow._fill.backoff_delay`` with
+delays) and each waits its hold-off, drawn by ``nakflow.policy.fill.backoff_delay`` with
 RepairConfig's ``backoff_s`` as RepairRequester draws it; a receiver whose hold-off
 ends before the first request reaches it (one RTT later, as multicast feedback between
 receivers goes via the sender's side) asks too, the rest overhear and are suppressed.
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from nakflow import RepairConfig
-from nakflow.policies import backoff_delay
+from nakflow.policy.registry import backoff_delay
 
 _holdoff = np.frompyfunc(backoff_delay, 2, 1)
 

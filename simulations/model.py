@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from nakflow import AckConfig, NakConfig, check_mode
-from nakflow.policies import AckFlow, NakFlow, make_sender_flow
+from nakflow.policy.registry import AckFlow, NakFlow, make_sender_flow
 
 from .vectorized import IntArray, VecCreditGranter, VecFillMonitor
 

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nakflow import AckConfig, NakConfig
-from nakflow.policies import BACKOFF_LAMBDA, MAX_BACKOFF_WINDOWS, WAITING_FRESH_S
+from nakflow.policy.registry import BACKOFF_LAMBDA, MAX_BACKOFF_WINDOWS, WAITING_FRESH_S
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -10,7 +10,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from nakflow import AckConfig, ConfigError, NakConfig, RepairConfig, check_mode
-from nakflow._batch import LINGER_S
+from nakflow.config import LINGER_S
 from transports import SocketOptions, check_pairs, is_multicast, parse_endpoints
 
 log = logging.getLogger("nakflow.spark")

@@ -224,7 +224,7 @@ def table_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _count_rows(rows: Iterator[Any]) -> Iterator[int]:
-    import nakflow.sender  # noqa: F401  (load what the senders need, once per worker)
+    import nakflow.live.sender  # noqa: F401  (load what the senders need, once per worker)
 
     yield sum(1 for _ in rows)
 

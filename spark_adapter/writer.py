@@ -22,8 +22,8 @@ from typing import Any
 
 from nakflow import IncompleteDelivery
 from nakflow.keyfile import load_shared_key
+from nakflow.live.sender import Sender
 from nakflow.report import at_close_problems
-from nakflow.sender import Sender
 
 from .config import WriterConfig
 from .serialize import msgpack_serializer, row_to_msgpack
@@ -78,7 +78,7 @@ def current_task(run_id: str) -> TaskIdentity:
 
 def _push(gateway: str, snap: dict[str, Any]) -> None:
     try:
-        from nakflow.prometheus import push_metrics
+        from nakflow.live.prometheus import push_metrics
 
         push_metrics(gateway, snap, job="nakflow-spark")
     except Exception as exc:  # metrics must never fail the task that sent the rows

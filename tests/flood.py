@@ -10,8 +10,8 @@ from typing import Any
 
 import zmq
 
-from nakflow.receiver import Message, Receiver
-from nakflow.sender import Sender
+from nakflow.live.receiver import Message, Receiver
+from nakflow.live.sender import Sender
 
 
 @dataclass

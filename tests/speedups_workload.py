@@ -15,13 +15,12 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from nakflow._batch import FrameBatcher
-from nakflow._codec import decode, decode_data
-from nakflow._delivery_queue import DeliveryQueue
-from nakflow._errors import ProtocolError
-from nakflow._receiver_core import Message
-from nakflow._seqtrack import SequenceTracker
 from nakflow._speedups import status
+from nakflow.core.batch import FrameBatcher
+from nakflow.core.receiver_core import Message
+from nakflow.core.seqtrack import SequenceTracker
+from nakflow.errors import ProtocolError
+from nakflow.live.delivery_queue import DeliveryQueue
 from nakflow.wire import (
     Bye,
     Credit,
@@ -35,6 +34,7 @@ from nakflow.wire import (
     Repair,
     encode,
 )
+from nakflow.wire.codec import decode, decode_data
 from simulations.cores import CoreSimParams, simulate_cores
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from nakflow import RepairConfig
 from nakflow.aio import AsyncReceiver, AsyncSender
-from nakflow.receiver import Receiver
-from nakflow.sender import Sender
+from nakflow.live.receiver import Receiver
+from nakflow.live.sender import Sender
 
 COUNT = 20_000
 

@@ -1,4 +1,4 @@
-"""Shared-key frame authentication (nakflow._auth): sealing, tampering, keys, replays."""
+"""Shared-key frame authentication (nakflow.wire.auth): sealing, tampering, keys, replays."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nakflow import AuthError, ConfigError, SharedKey
-from nakflow._auth import OVERHEAD_BYTES, origin
 from nakflow.keyfile import load_shared_key
 from nakflow.wire import Bye, Credit, Data, End, FrameAuth, Hello, Nak, decode, encode
+from nakflow.wire.auth import OVERHEAD_BYTES, origin
 from tests.fuzz import budget
 
 KEY = SharedKey(b"k" * 32)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from nakflow import ConfigError, NakConfig
-from nakflow._batch import (
+from nakflow.core.batch import (
     ADDED,
     FIRST,
     FRAME_OVERHEAD,
@@ -22,8 +22,8 @@ from nakflow._batch import (
     SEND,
     FrameBatcher,
 )
-from nakflow.receiver import Receiver
-from nakflow.sender import Sender
+from nakflow.live.receiver import Receiver
+from nakflow.live.sender import Sender
 
 
 def batcher(**kw) -> FrameBatcher:

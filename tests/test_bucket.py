@@ -3,7 +3,7 @@
 import pytest
 
 from nakflow import ConfigError
-from nakflow.policies import TokenBucket
+from nakflow.policy.registry import TokenBucket
 
 
 def test_starts_full_then_paces_to_rate():

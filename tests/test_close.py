@@ -14,7 +14,7 @@ import random
 from collections.abc import Collection
 
 from nakflow import ReceiverConfig, ReceiverCore, RepairConfig, SenderConfig, SenderCore
-from nakflow._close import DISCONNECT_PROBE_S
+from nakflow.core.close import DISCONNECT_PROBE_S
 from nakflow.events import Confirmed
 from nakflow.wire import Hello, encode
 from simulations.cores import SimLink

@@ -8,7 +8,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nakflow import ProtocolError
-from nakflow._codec import decode_data
 from nakflow.wire import (
     Bye,
     Credit,
@@ -22,6 +21,7 @@ from nakflow.wire import (
     encode,
     encode_data,
 )
+from nakflow.wire.codec import decode_data
 from tests.fuzz import budget, frames
 
 EXAMPLES = [
@@ -160,7 +160,7 @@ def test_decode_data_hot_path_agrees_with_decode_on_anything(obj):
 def test_frames_extend_at_the_end_both_ways():
     """Wire revision 2: an older peer's NAK (without signal and rate) decodes with the
     defaults; a newer peer's trailing fields are skipped, up to MAX_UNKNOWN_FIELDS."""
-    from nakflow._codec import MAX_UNKNOWN_FIELDS, T_NAK, VERSION
+    from nakflow.wire.codec import MAX_UNKNOWN_FIELDS, T_NAK, VERSION
 
     old = msgpack.packb([VERSION, T_NAK, "s", "r1", 75, 80.0, 1.0])
     assert decode(old) == Nak("s", "r1", 75, 80.0, 1.0, 0, 0.0)

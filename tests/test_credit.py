@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nakflow import AckConfig, CreditViolation
-from nakflow.policies import CreditGranter, CreditLedger
+from nakflow.policy.registry import CreditGranter, CreditLedger
 
 
 def test_nothing_sendable_before_any_credit():

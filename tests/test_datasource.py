@@ -14,7 +14,7 @@ import time
 import pytest
 
 from nakflow.arrow import ARROW_MAGIC, to_record_batch
-from nakflow.receiver import Receiver
+from nakflow.live.receiver import Receiver
 from nakflow.testing import LocalReceivers, ReceiverSpec
 from tests.stream_job import start_query
 

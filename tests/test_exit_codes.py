@@ -104,7 +104,7 @@ def test_a_stray_answer_in_another_mode_does_not_stop_a_sender_whose_receivers_a
     channel, or a receiver of another deployment) stops the wait only if, within
     MISMATCH_GRACE_S, not enough receivers of the sender's own mode answer."""
     from nakflow import SenderConfig, SenderCore
-    from nakflow._sender_core import MISMATCH_GRACE_S
+    from nakflow.core.sender_core import MISMATCH_GRACE_S
     from nakflow.wire import Hello, encode
 
     def core() -> SenderCore:

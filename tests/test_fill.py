@@ -3,7 +3,7 @@
 import pytest
 
 from nakflow import ConfigError, NakConfig
-from nakflow.policies import FillMonitor
+from nakflow.policy.registry import FillMonitor
 
 
 def test_silent_without_overload():
@@ -68,7 +68,7 @@ def test_capacity_must_be_positive():
 
 
 def test_backpressure_episodes_use_high_and_low_watermarks():
-    from nakflow._backpressure import BackpressureEpisodes
+    from nakflow.policy.backpressure import BackpressureEpisodes
 
     ep = BackpressureEpisodes(100)
     for t, depth in [(0.0, 90), (1.0, 100), (1.5, 60), (2.0, 49), (3.0, 100), (3.2, 10)]:
@@ -78,7 +78,7 @@ def test_backpressure_episodes_use_high_and_low_watermarks():
 
 
 def test_timeline_keeps_one_sample_per_interval_and_stays_bounded():
-    from nakflow._timeline import Timeline
+    from nakflow.core.timeline import Timeline
 
     tl = Timeline(("depth",), interval_s=10, max_samples=16)
     for i in range(100):
@@ -136,7 +136,7 @@ def test_rtt_scaled_holdoff_stays_below_the_window():
 
 # -- the path as congestion: loss in flight and queueing delay -----------------------
 def test_loss_in_flight_counts_as_fill_by_its_share_per_span():
-    from nakflow._fill import LossMonitor
+    from nakflow.policy.fill import LossMonitor
 
     m = LossMonitor(NakConfig().loss_fill, window_s=0.05, min_msgs=64, min_frames=10)
     assert m.observe(0, 0, now=0.0) == 0.0  # the first call starts a span
@@ -158,7 +158,7 @@ def test_random_loss_at_many_receivers_is_not_read_as_congestion():
     window (16 frames, the rule before) it did about 90 times."""
     import random
 
-    from nakflow._fill import LossMonitor
+    from nakflow.policy.fill import LossMonitor
 
     def fills(min_frames: int) -> int:
         rng = random.Random(5)
@@ -180,7 +180,7 @@ def test_random_loss_at_many_receivers_is_not_read_as_congestion():
 
 
 def test_queueing_delay_counts_as_fill_and_clock_offsets_cancel():
-    from nakflow._fill import DelayMonitor
+    from nakflow.policy.fill import DelayMonitor
 
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
     t = 0.0
@@ -208,7 +208,7 @@ def test_a_streams_first_frames_set_the_delay_base():
     queued it will ever send, so the queue the second window shows is judged against
     them (before, the base came from the second window: the queue already 200 ms deep
     counted as none, and the lab's first NAK came a window later)."""
-    from nakflow._fill import DelayMonitor
+    from nakflow.policy.fill import DelayMonitor
 
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
     m.on_delay("a", 0.002)
@@ -223,7 +223,7 @@ def test_a_streams_first_frames_set_the_delay_base():
 def test_a_congested_sender_falling_silent_counts_as_more_congestion_for_a_while():
     """A multicast repair holding everything behind a lost packet, or a link dropping
     all: the frames stop. Silence from a path that was queueing is not an empty path."""
-    from nakflow._fill import DELAY_SILENCE_S, DelayMonitor
+    from nakflow.policy.fill import DELAY_SILENCE_S, DelayMonitor
 
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
     for i in range(3):
@@ -247,7 +247,7 @@ def test_a_sender_that_ended_leaves_no_silence_behind():
     """END read in the same window as the sender's queued frames (a receiver back from a
     stop reads it at the end of its backlog): those frames must not make the sender
     congested again, or its silence after END holds the fill up for DELAY_SILENCE_S."""
-    from nakflow._fill import DelayMonitor
+    from nakflow.policy.fill import DelayMonitor
 
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
     for i in range(3):
@@ -264,8 +264,8 @@ def test_a_consumer_that_emptied_the_queue_when_it_last_took_is_away_not_slow():
     some tens of ms (its thread descheduled, the GIL with the I/O thread), and the queue
     fills meanwhile: not news. Once it takes only part of what waits (slower than what
     arrives), or the queue overflowed, it is."""
-    from nakflow._seqtrack import SequenceTracker
-    from nakflow._signals import NEWS, NOT_NEWS, FillSignals
+    from nakflow.core.seqtrack import SequenceTracker
+    from nakflow.policy.signals import NEWS, NOT_NEWS, FillSignals
 
     def signals() -> tuple[FillSignals, int]:
         sig, delivered = FillSignals(NakConfig(), capacity_msgs=1000, on=True), 0
@@ -289,7 +289,7 @@ def test_a_consumer_that_emptied_the_queue_when_it_last_took_is_away_not_slow():
 
 
 def test_a_standing_delay_older_than_the_base_period_becomes_the_new_base():
-    from nakflow._fill import DELAY_BASE_S, DelayMonitor
+    from nakflow.policy.fill import DELAY_BASE_S, DelayMonitor
 
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
     m.on_delay("a", 0.001)
@@ -321,7 +321,7 @@ def test_path_signals_are_checked_and_can_be_switched_off():
 
 def test_a_switched_off_delay_monitor_keeps_nothing():
     """ack and none receivers have the monitor off: frames must not pile up in it."""
-    from nakflow._fill import DelayMonitor
+    from nakflow.policy.fill import DelayMonitor
 
     m = DelayMonitor((), window_s=0.05)
     for i in range(10_000):
@@ -343,7 +343,7 @@ class _Draw:
 def test_a_nak_does_not_wait_out_a_hold_off_the_queue_would_fill_in():
     """The hold-off is for suppression among receivers; when the fill's growth since the
     NAK fell due would reach the top level before it ends, the NAK goes now."""
-    from nakflow._fill import backoff_delay
+    from nakflow.policy.fill import backoff_delay
 
     cfg = NakConfig(backoff_s=0.01, predict_rtts=0.0)
     holdoff = backoff_delay(0.9, cfg.backoff_s)  # about 9.9 ms
@@ -364,8 +364,8 @@ def test_a_steady_slow_consumer_is_slow_not_paused_and_a_stopped_one_is_paused()
     waiting longer than PAUSE_S between takes every time: judged by its own gaps it is
     slow (a cut helps it), not paused (which undid the cut and the sender overran it,
     252 drops of 340). One that stops taking for several of its gaps has paused."""
-    from nakflow._seqtrack import SequenceTracker
-    from nakflow._signals import NEWS, PAUSE, PAUSE_S, FillSignals
+    from nakflow.core.seqtrack import SequenceTracker
+    from nakflow.policy.signals import NEWS, PAUSE, PAUSE_S, FillSignals
 
     tracker = SequenceTracker()
     sig = FillSignals(NakConfig(), capacity_msgs=4, on=True)

@@ -20,9 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nakflow import AckConfig, NakConfig
-from nakflow._sender_core import ALLOWANCE_MSGS
-from nakflow.receiver import Receiver
-from nakflow.sender import Sender
+from nakflow.core.sender_core import ALLOWANCE_MSGS
+from nakflow.live.receiver import Receiver
+from nakflow.live.sender import Sender
 from nakflow.wire import Data, encode
 from tests.fuzz import budget, wire
 

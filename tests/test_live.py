@@ -14,8 +14,8 @@ import time
 import pytest
 
 from nakflow import AckConfig
-from nakflow.receiver import Receiver
-from nakflow.sender import Sender
+from nakflow.live.receiver import Receiver
+from nakflow.live.sender import Sender
 from nakflow.testing import LocalReceivers, ReceiverSpec, run_mode, run_sender
 from tests.flood import send_under_flood
 
@@ -149,7 +149,7 @@ def test_a_sender_remembering_its_path_starts_where_the_last_one_ended():
     """Senders one after another on the same path (as a Spark job's tasks in one Python
     worker): with remember_rate the second starts from the first's validated rate; without
     it, or on another stream, from slow start's initial rate."""
-    from nakflow._rate_memory import RATE_MEMORY
+    from nakflow.policy.rate_memory import RATE_MEMORY
 
     with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak",
                   capacity_msgs=50_000, stream="mem") as rx:

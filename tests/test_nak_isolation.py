@@ -20,7 +20,7 @@ import pytest
 
 from nakflow import NakConfig, ReceiverConfig, ReceiverCore, RepairConfig
 from nakflow.events import BeyondHistory
-from nakflow.policies import NakFlow
+from nakflow.policy.registry import NakFlow
 from nakflow.wire import SIGNALS, Gone, Nak, encode
 from simulations.cores import CoreSimParams, simulate_cores
 
@@ -94,7 +94,7 @@ def test_a_pause_notice_undoes_the_cuts_its_receiver_caused_alone():
 
 
 def test_a_nak_with_a_rate_cuts_to_just_under_it():
-    from nakflow.policies import NakRateController
+    from nakflow.policy.registry import NakRateController
 
     ctl = NakRateController(NakConfig(initial_rate_msgs=100_000))
     ctl.on_nak(100, now=0.0, rate=60_000.0)  # full, and it takes 60,000: 0.75 of that
@@ -131,7 +131,7 @@ def test_what_the_history_no_longer_holds_is_said_at_the_receiver(caplog):
 
     for seq in (0, 10, 20):  # 1..9 and 11..19 lost in flight
         core.receive_data(encode_data("default", "s", 1, seq, 0.0, [b"x"]), 0.0)
-    with caplog.at_level(logging.WARNING, logger="nakflow.receiver"):
+    with caplog.at_level(logging.WARNING, logger="nakflow.live.receiver"):
         core.receive_data(encode(Gone("default", "s", 1, 0, 15, 0.0)), 0.1)
     events = []
     while (e := core.next_event()) is not None:
@@ -153,7 +153,7 @@ def test_the_repair_share_is_configurable_and_checked():
 def test_a_stop_inside_the_poll_counts_as_lateness():
     """A process stopped (SIGSTOP) while its I/O thread waits in a poll is not runnable, so
     the scheduler's run_delay misses the stop; the poll's overrun of its timeout does not."""
-    from nakflow._lateness import Lateness
+    from nakflow.live.lateness import Lateness
 
     lateness = Lateness()
     try:
@@ -168,7 +168,7 @@ def test_a_stop_inside_the_poll_counts_as_lateness():
 def test_hold_ups_are_discounted_from_frames_sent_before_them():
     """A frame sent before a hold-up waited through it in the socket: that part of its
     delay is the process's. Frames sent after the hold-up ended get no discount."""
-    from nakflow._signals import HoldUps
+    from nakflow.policy.signals import HoldUps
 
     ups = HoldUps()
     ups.add(0.005, 1.0)  # too short to remember

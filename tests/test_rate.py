@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nakflow import ConfigError, NakConfig
-from nakflow._rate import recovery_bound_s
-from nakflow.policies import NakRateController
+from nakflow.policy.rate import recovery_bound_s
+from nakflow.policy.registry import NakRateController
 
 
 def measured(ctrl: NakRateController, rate: float, t0: float, t1: float) -> None:
@@ -310,7 +310,7 @@ def test_after_naks_stop_rate_returns_to_max_within_bound(events, max_rate):
 
 
 def test_rate_memory_recalls_a_recent_paths_rate_and_forgets_old_and_many():
-    from nakflow._rate_memory import RateMemory
+    from nakflow.policy.rate_memory import RateMemory
 
     mem = RateMemory(max_age_s=10.0, max_paths=2)
     mem.remember(("s", ("tcp://a",)), 80_000.0, now=100.0)
@@ -337,7 +337,7 @@ def test_every_cut_and_hold_is_put_down_to_a_receiver_and_a_signal():
     """NakFlow records who and what: counts per signal and per receiver, the limiting
     receiver (the last cut's), the cuts themselves; a NAK from an older receiver (no
     signal) counts as "unknown"."""
-    from nakflow.policies import NakFlow
+    from nakflow.policy.registry import NakFlow
     from nakflow.wire import Nak
 
     flow = NakFlow("s", NakConfig(initial_rate_msgs=10_000))
@@ -359,7 +359,7 @@ def test_every_cut_and_hold_is_put_down_to_a_receiver_and_a_signal():
 
 
 def test_the_per_receiver_table_is_bounded():
-    from nakflow._attribution import MAX_RECEIVERS, CutLog
+    from nakflow.policy.attribution import MAX_RECEIVERS, CutLog
 
     log = CutLog()
     log.cut(0.0, "queue", "real", 75, 1.0)

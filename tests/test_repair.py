@@ -23,11 +23,11 @@ from nakflow import (
     SenderConfig,
     SenderCore,
 )
-from nakflow._codec import SIGNAL_CODES, decode_data
-from nakflow._history import SendHistory
-from nakflow._repair import RepairRequester
-from nakflow._seqtrack import SequenceTracker
+from nakflow.core.history import SendHistory
+from nakflow.core.repair import RepairRequester
+from nakflow.core.seqtrack import SequenceTracker
 from nakflow.wire import Data, Gone, Hello, Nak, RData, Repair, decode, encode
+from nakflow.wire.codec import SIGNAL_CODES, decode_data
 from tests.fuzz import budget
 from tests.sansio import Link, run_link
 
@@ -404,7 +404,7 @@ def test_own_drops_still_owed_are_held_again_every_second_room_or_not():
     """The sender's pin lasts history_age_s from the last hold: a consumer slower than
     that (coarse Arrow messages taken 5 a second) renews it while it is owed them, and
     stops renewing what it got."""
-    from nakflow._repair import HOLD_RENEW_S
+    from nakflow.core.repair import HOLD_RENEW_S
 
     t = SequenceTracker(repair=True)
     rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, refill_below=0.8),

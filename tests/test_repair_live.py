@@ -13,8 +13,8 @@ import time
 import pytest
 
 from nakflow import NakConfig, RepairConfig
-from nakflow.receiver import Receiver
-from nakflow.sender import Sender
+from nakflow.live.receiver import Receiver
+from nakflow.live.sender import Sender
 from nakflow.testing import LocalReceivers, ReceiverSpec, run_sender
 from transports import SocketOptions
 

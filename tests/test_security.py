@@ -15,8 +15,8 @@ import pytest
 import zmq
 
 from nakflow import NakConfig, SharedKey
-from nakflow.receiver import Receiver
-from nakflow.sender import Sender
+from nakflow.live.receiver import Receiver
+from nakflow.live.sender import Sender
 from nakflow.wire import Credit, FrameAuth, Nak, encode
 from transports import Curve, EndpointError, SocketOptions
 

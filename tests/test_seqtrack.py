@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nakflow._seqtrack import SequenceTracker
+from nakflow.core.seqtrack import SequenceTracker
 
 
 def test_in_order_stream_is_complete():
@@ -89,7 +89,7 @@ def test_memory_is_bounded_whatever_ids_and_seqs_arrive():
     streams before live ones, and keeps accounting the real stream exactly."""
     import random
 
-    from nakflow._seqtrack import MAX_INTERVALS_TOTAL
+    from nakflow.core.seqtrack import MAX_INTERVALS_TOTAL
 
     rng = random.Random(3)
     t = SequenceTracker(drop_duplicates=True, max_streams=1_000)

@@ -13,12 +13,12 @@ import urllib.request
 import msgpack
 import pytest
 
-from nakflow.receiver import Receiver
-from nakflow.sender import Sender
+from nakflow.live.receiver import Receiver
+from nakflow.live.sender import Sender
 from nakflow.testing import nakflow_cmd
 
 pytest.importorskip("prometheus_client")
-from nakflow.prometheus import serve_metrics
+from nakflow.live.prometheus import serve_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -210,7 +210,7 @@ def test_send_serves_metrics_while_it_runs(tmp_path):
 
 
 def test_spark_style_push_reaches_a_real_pushgateway(pushgateway):
-    from nakflow.prometheus import push_metrics
+    from nakflow.live.prometheus import push_metrics
 
     with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", stream="p") as rx, \
             Sender(rx.data_endpoints, rx.feedback_endpoints, stream="p") as tx:
@@ -230,7 +230,7 @@ def test_a_signal_between_taking_a_chunk_and_sinking_it_waits_for_the_hand_over(
     chunk from the queue and writing it to the sink, and that chunk (2 of 4,000 messages
     at --consume-rate 1000) never reached the file. Inside ``signals_held`` the signal
     waits for the hand-over; a second one raises at once."""
-    from nakflow._commands import Interrupted, _Held, _raise_interrupted, signals_held
+    from nakflow.cli.commands import Interrupted, _Held, _raise_interrupted, signals_held
 
     old = signal.signal(signal.SIGINT, _raise_interrupted)
     try:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from nakflow import AckConfig, NakConfig, RepairConfig
-from nakflow.policies import CreditGranter, FillMonitor
+from nakflow.policy.registry import CreditGranter, FillMonitor
 from simulations import SCENARIOS, SimParams, VecCreditGranter, VecFillMonitor, simulate
 from simulations.cores import CoreSimParams, simulate_cores
 from simulations.events import simulate_events

@@ -18,7 +18,7 @@ import msgpack
 import pytest
 
 from nakflow import ConfigError, RepairConfig
-from nakflow.receiver import Receiver
+from nakflow.live.receiver import Receiver
 from nakflow.tables import parse_table
 from spark_adapter import (
     TaskIdentity,

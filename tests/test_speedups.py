@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-import nakflow._seqtrack
+import nakflow.core.seqtrack
 from nakflow import _speedups
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -45,9 +45,9 @@ def run(env_pure: bool, *args: str, timeout: float = 600) -> subprocess.Complete
 @pytest.mark.skipif(not can_build, reason="no C compiler or no Cython: pure Python only")
 def test_setup_compiled_every_hot_module():
     assert set(_speedups.status().values()) == {"compiled"}, _speedups.status()
-    on_data = nakflow._seqtrack.SequenceTracker.on_data
+    on_data = nakflow.core.seqtrack.SequenceTracker.on_data
     assert type(on_data).__name__ == "cython_function_or_method"
-    assert nakflow._seqtrack.SequenceTracker.__module__ == "nakflow._seqtrack"  # pickles
+    assert nakflow.core.seqtrack.SequenceTracker.__module__ == "nakflow.core.seqtrack"  # pickles
 
 
 def test_compiled_and_pure_give_identical_results():
@@ -73,11 +73,11 @@ def test_core_tests_pass_on_pure_python():
 def test_a_stale_twin_is_not_used(tmp_path):
     """A hot module edited after its twin was built runs as pure Python (a copy of the
     package, so the tree under test is not touched)."""
-    if _speedups.status()["_gaps"] != "compiled":
+    if _speedups.status()["core.gaps"] != "compiled":
         pytest.skip("no compiled modules here")
     pkg = tmp_path / "nakflow"
     shutil.copytree(ROOT / "nakflow", pkg)
-    with open(pkg / "_gaps.py", "a") as f:
+    with open(pkg / "core" / "gaps.py", "a") as f:
         f.write("\n# an edit after the build\n")
     env = {k: v for k, v in os.environ.items() if k != _speedups.ENV}
     env["PYTHONPATH"] = str(tmp_path)
@@ -86,6 +86,6 @@ def test_a_stale_twin_is_not_used(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     modes = json.loads(r.stdout)
-    assert modes["_gaps"].startswith("pure (stale"), modes
-    assert modes["_codec"] == "compiled"
+    assert modes["core.gaps"].startswith("pure (stale"), modes
+    assert modes["wire.codec"] == "compiled"
     assert "older than its source" in r.stderr

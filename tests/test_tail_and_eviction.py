@@ -21,10 +21,10 @@ import msgpack
 import pytest
 
 from nakflow import AckConfig, ReceiverConfig, ReceiverCore, RepairConfig, Sender, SenderConfig
-from nakflow._credit import CreditLedger
-from nakflow._sender_core import SenderCore
-from nakflow._tail import ANNOUNCE_FIRST_S, END_REPEAT_MAX_S, END_REPEATS
+from nakflow.core.sender_core import SenderCore
+from nakflow.core.tail import ANNOUNCE_FIRST_S, END_REPEAT_MAX_S, END_REPEATS
 from nakflow.events import ReceiverLeft
+from nakflow.policy.credit import CreditLedger
 from nakflow.testing import LocalReceivers, ReceiverSpec
 from nakflow.wire import End, Hello, Repair, decode, encode
 

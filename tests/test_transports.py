@@ -17,8 +17,8 @@ from collections.abc import Callable
 import pytest
 import zmq
 
-from nakflow.receiver import Receiver
-from nakflow.sender import Sender
+from nakflow.live.receiver import Receiver
+from nakflow.live.sender import Sender
 from tests.netns import run_in_netns
 from transports import EndpointError, drain, open_pub, open_sub, parse_endpoints
 

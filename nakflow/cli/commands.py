@@ -1,0 +1,524 @@
+"""What ``nakflow send``, ``receive``, ``keygen`` and ``demo`` do (the parser is in ``cli``).
+
+Every wait here ends: on SIGINT/SIGTERM (``Interrupted``, raised from the signal
+handler, so it breaks out of any blocking wait), or after a bounded time. Then the
+command prints its report and a one-line verdict (``nakflow.report``) and exits
+non-zero if something was missing (``--allow-loss``: only on errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ..config import AckConfig, NakConfig, RepairConfig
+from ..errors import PeerMismatch
+from ..policy.bucket import TokenBucket
+from ..report import Verdict, receiver_verdict, sender_verdict
+
+log = logging.getLogger("nakflow.cli")
+
+#: Exit status of a run that delivered, but not everything (or was interrupted: 128 + signal).
+EXIT_INCOMPLETE = 1
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: the run stops, reports and exits 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _Held:
+    """Signals that arrive inside ``signals_held()`` wait for its end; a second one
+    raises at once (a user who insists)."""
+
+    depth = 0
+    pending: int | None = None
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    if _Held.depth and _Held.pending is None:
+        _Held.pending = signum
+        return
+    _Held.pending = None
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """A SIGINT/SIGTERM inside waits until the block is over, then raises Interrupted:
+    a chunk taken from the queue reaches the sink before the stop. Raised between the
+    take and the hand-over, it lost that chunk (2 messages of 4,000 in one CI run)."""
+    _Held.depth += 1
+    try:
+        yield
+    finally:
+        _Held.depth -= 1
+    if not _Held.depth and _Held.pending is not None:
+        signum, _Held.pending = _Held.pending, None
+        raise Interrupted(signum)
+
+
+def on_signals_interrupt() -> None:
+    """SIGINT and SIGTERM raise Interrupted in the main thread, wherever it waits."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _raise_interrupted)
+
+
+#: What the readable report shows (``--json`` has every figure).
+PLAIN_KEYS = {
+    "send": ("sender_id", "mode", "sent", "frames", "elapsed_s", "rate_msgs", "blocked_s",
+             "credit_stalled_s", "rate_limit", "cuts", "cuts_by_signal", "limiting",
+             "naks_received", "receivers_seen", "rtt_ms", "repair", "at_close_counts",
+             "at_close"),
+    "receive": ("receiver_id", "mode", "delivered", "received", "dropped", "repaired",
+                "lost", "beyond_history", "missed_before_join", "duplicates", "queued",
+                "queue_peak", "goodput_msgs", "latency_ms", "naks_sent", "naks_by_signal",
+                "credits_sent", "sink", "senders"),
+}
+
+
+def emit(result: dict[str, Any], as_json: bool, file: Any = None,
+         keys: Sequence[str] | None = None) -> None:
+    """Print a run's metrics: one JSON object, or a short readable listing of ``keys``
+    (scalars one a line, a dict's scalars on its line, a list of rows last)."""
+    file = file or sys.stdout
+    if as_json:
+        print(json.dumps(result, sort_keys=True, default=str), file=file, flush=True)
+        return
+    nested = []
+    for key in keys or list(result):
+        value = result.get(key)
+        if key == "timeline":
+            continue
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items()
+                              if not isinstance(v, (dict, list))) or "-"
+        elif isinstance(value, list):
+            nested.append((key, value))
+            continue
+        print(f"{key:>20}: {value}", file=file)
+    for key, rows in nested:
+        print(f"{key}:", file=file)
+        for row in rows:
+            print("  " + ", ".join(f"{k} {v}" for k, v in row.items()
+                                   if not isinstance(v, (dict, list))), file=file)
+    file.flush()
+
+
+def say_verdict(command: str, verdict: Verdict, allow_loss: bool) -> int:
+    """Print the verdict on stderr; the exit status it means (docs/exit-codes.md): 1 for
+    any problem, but ``--allow-loss`` excuses missing data (not peers configured
+    differently)."""
+    print(f"nakflow {command}: {verdict.line}", file=sys.stderr, flush=True)
+    for problem in verdict.problems:
+        excused = allow_loss and problem not in verdict.mismatches
+        print(f"nakflow {command}: {'note' if excused else 'problem'}: {problem}",
+              file=sys.stderr, flush=True)
+    if verdict.mismatches or (verdict.problems and not allow_loss):
+        return EXIT_INCOMPLETE
+    return 0
+
+
+def socket_options(args: argparse.Namespace) -> Any:
+    """SocketOptions with CURVE if the --curve-* options ask for it and the --hwm given,
+    else None (the defaults)."""
+    from transports import Curve, SocketOptions
+
+    kw: dict[str, Any] = {}
+    if args.hwm is not None:
+        kw.update(sndhwm_msgs=args.hwm, rcvhwm_msgs=args.hwm)
+    if args.curve_secret or args.curve_server_key:
+        if not (args.curve_secret and args.curve_server_key):
+            raise ValueError("CURVE needs both --curve-secret and --curve-server-key")
+        kw["curve"] = Curve(args.curve_secret, args.curve_server_key,
+                            getattr(args, "curve_authorized", None))
+    return SocketOptions(**kw) if kw else None
+
+
+def shared_key(args: argparse.Namespace) -> Any:
+    from ..keyfile import load_shared_key
+
+    return None if args.shared_key is None else load_shared_key(args.shared_key)
+
+
+def repair_config(args: argparse.Namespace) -> RepairConfig:
+    kw: dict[str, Any] = {"enabled": not args.no_repair}
+    if getattr(args, "no_late_join", False):
+        kw["late_join"] = False
+    for name in ("history_msgs", "history_bytes", "history_age_s"):
+        value = getattr(args, name, None)
+        if value is not None:
+            kw[name] = value
+    return RepairConfig(**kw)
+
+
+def nak_config(args: argparse.Namespace) -> NakConfig:
+    """NakConfig with what the --nak-* options set (the rest at their defaults)."""
+    kw: dict[str, Any] = {}
+    for opt in ("initial_rate_msgs", "probe_after_s", "window_s"):
+        value = getattr(args, f"nak_{opt}", None)
+        if value is not None:
+            kw[opt] = value
+    if getattr(args, "nak_levels", None):
+        levels = tuple(int(x) for x in args.nak_levels.split(","))
+        factors = NakConfig().cut_factors
+        kw["levels"] = levels
+        kw["cut_factors"] = {lv: factors.get(lv, 0.5) for lv in levels}
+    return NakConfig(**kw)
+
+
+def serve_metrics(args: argparse.Namespace, source: Any) -> Any:
+    """A Prometheus endpoint for the source if --metrics-port was given (else None)."""
+    if args.metrics_port is None:
+        return None
+    from ..live.prometheus import serve_metrics as serve
+
+    server = serve(source, port=args.metrics_port, addr=args.metrics_addr)
+    log.info("metrics on %s", server.url)
+    return server
+
+
+# -- keygen ------------------------------------------------------------------------
+def cmd_keygen(args: argparse.Namespace) -> int:
+    import zmq.auth
+
+    os.makedirs(args.dir, exist_ok=True)
+    if args.shared:
+        from ..keyfile import write_shared_key
+
+        try:
+            path = write_shared_key(args.dir, args.name)
+        except FileExistsError:
+            raise ValueError(f"{args.name}.shared_key exists in {args.dir}; not overwriting "
+                             "it") from None
+        print(f"shared key: {path} (give it to every sender and receiver of the stream; "
+              "keep it private)")
+        return 0
+    public, secret = zmq.auth.create_certificates(args.dir, args.name)
+    os.chmod(secret, 0o600)
+    print(f"public key: {public}\nsecret key: {secret} (keep it private)")
+    return 0
+
+
+# -- receive -----------------------------------------------------------------------
+def rows_of(msgs: Sequence[Any]) -> int:
+    """Rows in ``msgs``: an Arrow message's (the Spark data source's), 1 for any other
+    (a chunk whose first message is not Arrow is taken for rows, one a message)."""
+    if not msgs or msgs[0].payload[:4] != b"\xff\xff\xff\xff":
+        return len(msgs)
+    from ..arrow import ArrowDecodeError, rows_in
+
+    n = 0
+    for m in msgs:
+        try:
+            n += rows_in(m.payload)
+        except ArrowDecodeError:
+            n += 1
+    return n
+
+
+class _Consumer:
+    """The receive loop's consumer: paced (``--consume-rate``), stalling (``--stall-*``),
+    handing messages to the sink and the delivery log."""
+
+    def __init__(self, args: argparse.Namespace, take: Callable[..., Any],
+                 sink: Any, ends: Callable[[], int] = lambda: 0) -> None:
+        self.rate = args.consume_rate
+        # a consumer of fixed speed is a token bucket with a 10 ms burst: capacity it did
+        # not use while the queue was empty is gone
+        self.pace = TokenBucket(self.rate, burst_s=0.01) if self.rate else None
+        self.chunk = 256 if self.rate is None else max(1, min(256, int(self.rate * 0.002)))
+        self.stall_from = args.stall_at if args.stall_for else None
+        self.stall_for = args.stall_for
+        self.take, self.sink = take, sink
+        self.ends, self.ends_flushed = ends, 0  # streams ended; as of the sink's last flush
+        self.error: str | None = None
+        self.unsunk = 0
+        self.rows = 0  # rows taken: an Arrow message's rows, 1 for any other message
+
+    def step(self, elapsed: float, now: float) -> None:
+        """Consume one chunk (or wait a little: stalled, paced)."""
+        if self.stall_from is not None and (self.stall_from <= elapsed
+                                            < self.stall_from + self.stall_for):
+            time.sleep(min(0.05, self.stall_from + self.stall_for - elapsed))
+            return
+        if self.pace is not None:
+            wait = self.pace.request(self.chunk, now=now)
+            if wait:
+                time.sleep(wait)
+                return
+        with signals_held():  # what is taken is handed over, whenever a signal comes
+            got = self.take(self.chunk, timeout=0.05)
+            self.rows += rows_of(got)
+            if self.pace is not None and len(got) < self.chunk:  # pay only for what it took
+                self.pace.refund(self.chunk - len(got))
+            self.hand_over(got)
+            if not got and self.sink is not None and self.error is None:
+                self.flush_on_end()
+
+    def flush_on_end(self) -> None:
+        """The queue is empty: if a stream ended since the last flush, the sink makes
+        what it holds durable (a Parquet file closed)."""
+        from ..live.sinks import SinkError
+
+        ended = self.ends()
+        if ended != self.ends_flushed:
+            self.ends_flushed = ended
+            try:
+                self.sink.flush()
+            except SinkError as exc:
+                self.error = str(exc)
+                log.error("%s; stopping", exc)
+
+    def hand_over(self, msgs: Sequence[Any]) -> None:
+        from ..live.sinks import SinkError
+
+        if self.sink is None or not msgs:
+            return
+        if self.error is not None:
+            self.unsunk += len(msgs)
+            return
+        try:
+            self.sink.write(msgs)
+        except SinkError as exc:
+            self.error, self.unsunk = str(exc), len(msgs)
+            log.error("%s; stopping (messages not handed over are counted in the report)",
+                      exc)
+
+
+def cmd_receive(args: argparse.Namespace) -> int:
+    from ..live.receiver import Receiver
+    from ..live.sinks import SinkError, open_sink
+
+    _distinct_endpoints(args.data, args.feedback)
+    # a service runs until a signal; a one-shot receive until --senders or --duration
+    one_shot = args.senders is not None or args.duration is not None
+    sink = open_sink(args.sink, args.stream) if args.sink else None  # checked before ready
+    try:
+        rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
+                      receiver_id=args.id, capacity_msgs=args.capacity,
+                      overflow=args.overflow, drop_duplicates=args.drop_duplicates,
+                      overhear=args.overhear or (), max_streams=args.max_streams,
+                      options=socket_options(args), shared_key=shared_key(args),
+                      repair=repair_config(args), test_data_loss=args.test_drop_data,
+                      ack=AckConfig(max_share=args.ack_max_share), nak=nak_config(args))
+    except BaseException:
+        if sink is not None:
+            sink.abandon()
+        raise
+    deliveries = None
+    if args.deliveries:
+        from ..testing import DeliveryLog
+
+        deliveries = DeliveryLog()
+    take = rx.get_many if deliveries is None else _logged(rx.get_many, deliveries)
+    consumer = _Consumer(args, take, sink, ends=lambda: len(rx.ends()))
+    metrics = None
+    interrupted: Interrupted | None = None
+    try:  # from here on a signal stops the receiver the orderly way
+        metrics = serve_metrics(args, rx)
+        if args.ready_file:
+            with open(args.ready_file + ".tmp", "w") as f:
+                json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
+                           "id": rx.receiver_id,
+                           "metrics": None if metrics is None else metrics.url}, f)
+            os.replace(args.ready_file + ".tmp", args.ready_file)
+        where = "" if metrics is None else f", metrics on {metrics.url}"
+        print(f"nakflow receive: ready ({args.mode}, queue {args.capacity:,}{where}): "
+              f"senders connect to --data {','.join(rx.data_endpoints)} --feedback "
+              f"{','.join(rx.feedback_endpoints)}", file=sys.stderr, flush=True)
+        log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id,
+                 rx.data_endpoints, rx.feedback_endpoints, args.mode)
+        t0 = time.monotonic()
+        while consumer.error is None:
+            now = time.monotonic()
+            if args.duration is not None and now - t0 >= args.duration:
+                break
+            if args.senders and rx.done(args.senders):
+                break
+            consumer.step(now - t0, now)
+    except Interrupted as exc:
+        interrupted = exc
+        print(f"nakflow receive: stopping on {exc}: draining {rx.snapshot()['queued']:,} "
+              "queued message(s)", file=sys.stderr, flush=True)
+    finally:
+        rx.close()
+    while True:  # after close the queue is ours: hand it over (or count it drained)
+        rest = take(1 << 16, timeout=0)
+        if not rest:
+            break
+        consumer.rows += rows_of(rest)
+        consumer.hand_over(rest)
+    if sink is not None:
+        try:
+            sink.close()
+        except SinkError as exc:
+            consumer.error = consumer.error or str(exc)
+    if metrics is not None:
+        metrics.close()
+    if deliveries is not None:
+        with open(args.deliveries, "w") as f:
+            json.dump(deliveries.report(), f)
+    snap = rx.snapshot()
+    snap["consume_rate"] = consumer.rate
+    snap["rows"] = consumer.rows
+    snap["ends"] = len(rx.ends())
+    snap["process_cpu_s"] = round(time.process_time(), 3)  # every thread of the process
+    if sink is not None:
+        snap["sink"] = {"target": sink.name, "written": sink.written,
+                        "not_written": consumer.unsunk, "error": consumer.error}
+    verdict = receiver_verdict(snap, expect_senders=args.senders, service=not one_shot)
+    snap["summary"] = verdict.line
+    snap["problems"] = verdict.problems
+    snap["stopped_by"] = None if interrupted is None else str(interrupted)
+    emit(snap, args.json, file=sys.stderr if args.sink in ("-", "stdout") else None,
+         keys=PLAIN_KEYS["receive"])
+    status = say_verdict("receive", verdict, args.allow_loss)
+    if snap["error"] is not None or consumer.error is not None:
+        return EXIT_INCOMPLETE  # the receiver or its sink failed
+    if interrupted is not None and one_shot:  # stopped before --senders or --duration
+        print(f"nakflow receive: interrupted by {interrupted} before it finished",
+              file=sys.stderr, flush=True)
+        return 128 + interrupted.signum
+    # a service's signal is how it stops: clean (0) unless data was missing (1)
+    return status
+
+
+def _logged(get_many: Any, log: Any) -> Any:
+    def take(n: int, timeout: float | None = None) -> list[Any]:
+        msgs = get_many(n, timeout=timeout)
+        log.add(msgs)
+        return list(msgs)
+    return take
+
+
+def _distinct_endpoints(data: str, feedback: str, *, pairs: bool = False) -> None:
+    """No endpoint named twice (both channels need their own); a sender's lists (``pairs``)
+    also one feedback endpoint per data endpoint over tcp/ipc. Raises ValueError."""
+    from transports import check_pairs, parse_endpoints
+
+    d, f = parse_endpoints(data), parse_endpoints(feedback)
+    same = set(d) & set(f)
+    if any(not u.endswith(":*") for u in same):
+        raise ValueError(f"--data and --feedback both name {sorted(same)[0]}: each channel "
+                         "needs its own endpoint (e.g. ports 5600 and 5601)")
+    if pairs:
+        check_pairs(d, f)
+
+
+# -- send ----------------------------------------------------------------------------
+def cmd_send(args: argparse.Namespace) -> int:
+    from ..live.sender import Sender
+
+    _distinct_endpoints(args.data, args.feedback, pairs=not args.feedback_proxy)
+    payload = b"x" * args.size
+    count = args.count if args.count is not None else (None if args.duration else 10_000)
+    interrupted: str | None = None
+    mismatch: PeerMismatch | None = None
+    status_if_interrupted = 0
+    tx = Sender(args.data, args.feedback, mode=args.mode, stream=args.stream,
+                sender_id=args.id, max_rate_msgs=args.max_rate,
+                options=socket_options(args), shared_key=shared_key(args),
+                repair=repair_config(args), linger_s=args.linger_s,
+                feedback_proxy=args.feedback_proxy,
+                frame_msgs=args.frame_msgs, nak=nak_config(args))
+    metrics = serve_metrics(args, tx)
+    if metrics is not None:
+        print(f"nakflow send: metrics on {metrics.url}", file=sys.stderr, flush=True)
+    ended = False
+    try:
+        if args.wait_receivers:
+            _wait_for_receivers(tx, args)
+        ready = tx.core.receivers_ready()
+        print(f"nakflow send: {ready} receiver{'s' if ready != 1 else ''} ready; sending "
+              f"({args.mode})", file=sys.stderr, flush=True)
+        _send_all(tx, args, payload, count)
+        tx.flush()
+        ended = True
+    except Interrupted as exc:
+        interrupted, status_if_interrupted = f"interrupted by {exc}", 128 + exc.signum
+    except PeerMismatch as exc:  # another mode or key: the cause is known, nothing sent
+        mismatch = exc
+    except TimeoutError as exc:
+        interrupted, status_if_interrupted = f"gave up: {exc}", EXIT_INCOMPLETE
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
+    finally:
+        if ended:
+            tx.close()
+        else:
+            tx.abort()
+    snap = tx.snapshot()
+    if metrics is not None:
+        metrics.close()
+    if mismatch is not None:  # the report, then the cause as the last line
+        snap["summary"], snap["problems"] = f"error: {mismatch}", [str(mismatch)]
+        emit(snap, args.json, keys=PLAIN_KEYS["send"])
+        print(f"nakflow send: error: {mismatch}", file=sys.stderr, flush=True)
+        return EXIT_INCOMPLETE
+    verdict = sender_verdict(snap, planned=count, interrupted=interrupted)
+    snap["summary"] = verdict.line
+    snap["problems"] = verdict.problems
+    emit(snap, args.json, keys=PLAIN_KEYS["send"])
+    status = say_verdict("send", verdict, args.allow_loss)
+    return status_if_interrupted or status
+
+
+class NoReceivers(ValueError):
+    """Nobody answered the sender's HELLO in time: a usage problem (exit 2)."""
+
+
+def _wait_for_receivers(tx: Any, args: argparse.Namespace) -> None:
+    try:
+        tx.wait_for_receivers(args.wait_receivers, timeout=args.wait_timeout)
+    except PeerMismatch:
+        raise  # the cause is known (another mode, another key): exit 1, not 2
+    except TimeoutError as exc:
+        raise NoReceivers(
+            f"{exc}; start the receivers first ('nakflow receive'), check that --data and "
+            "--feedback are their data and feedback endpoints, in that order, or pass "
+            "--wait-receivers 0 to send to whoever listens") from None
+
+
+def _send_all(tx: Any, args: argparse.Namespace, payload: bytes, count: int | None) -> None:
+    """Send ``count`` messages (or until --duration); each send may wait at most
+    --send-timeout for permission (TimeoutError then)."""
+    end = math.inf if args.duration is None else time.monotonic() + args.duration
+    timeout = args.send_timeout
+    i = 0
+    while count is None or i < count:
+        if (i & 63) == 0 and time.monotonic() >= end:
+            break
+        if args.batch > 1:
+            n = args.batch if count is None else min(args.batch, count - i)
+            tx.send_batch([payload] * n, timeout=timeout)
+            i += n
+        else:
+            tx.send(payload, timeout)
+            i += 1
+
+
+# -- demo ----------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ..testing import run_local_comparison
+
+    result = run_local_comparison(modes=args.modes.split(","), count=args.count,
+                                  slow_rate=args.slow_rate, capacity=args.capacity,
+                                  progress=not args.json)
+    if args.json:
+        emit(result, True)
+    return 0

@@ -1,0 +1,513 @@
+"""One receiver's whole protocol, sans-I/O: frames and ``now`` in; deliveries, feedback
+frames, events and a timer out (the same driver contract as ``SenderCore``).
+
+Sequence accounting, late join and repair requests, fill and NAK timing (or credit),
+presence (HELLO answers, HELLO, BYE), frame checking (size, codec, seal, replay), the
+backpressure episodes and the timeline live here. A driver owns the sockets and the
+bounded queue the application reads (``DeliveryQueue``)::
+
+    core.receive_data(buf, now)             # every frame from the data channel
+    core.receive_overheard(buf, now)        # other receivers' feedback
+    core.exchange(queue, now)               # deliveries in, what the queue did back;
+                                            # feedback decided, timer run if due
+    for buf in core.frames_to_send(): feedback.send(buf)
+
+It reads ``core.read_chunk`` frames at most per look, tells ``core.io_behind`` whether
+more were waiting, and reads nothing while ``core.wants_data(queue_full)`` says no.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from typing import Any, NamedTuple, Protocol
+
+from ..config import ReceiverConfig
+from ..errors import ConfigError, ProtocolError
+from ..events import BeyondHistory, SenderLeft, StreamEnded
+from ..policy.backpressure import BackpressureEpisodes
+from ..policy.fill import Uniform
+from ..policy.registry import is_other_modes_feedback, make_receiver_flow
+from ..policy.signals import PAUSE_S, FillSignals
+from ..wire.auth import FrameAuth
+from ..wire.codec import (
+    TARGET_MAGIC,
+    Bye,
+    Data,
+    End,
+    Frame,
+    Gone,
+    Hello,
+    RData,
+    Receipt,
+    Repair,
+    decode,
+    decode_data,
+    encode,
+    target_prefix,
+    untarget,
+)
+from ..wire.endpoint import Endpoint
+from .repair import RepairRequester
+from .roster import remember
+from .seqtrack import SequenceTracker
+from .timeline import Timeline
+
+log = logging.getLogger("nakflow.live.receiver")
+
+#: An advertised group RTT is followed down only after this long, s (up at once).
+GRTT_HOLD_S = 5.0
+#: RTTs above this are taken as this (a forged or absurd advertisement), s.
+MAX_GRTT_S = 2.0
+
+Key = tuple[str, int]
+
+
+class Message(NamedTuple):
+    """One delivered message."""
+
+    sender: str
+    epoch: int
+    seq: int
+    ts: float
+    payload: bytes
+
+
+class QueueLike(Protocol):
+    """What ``ReceiverCore.exchange`` needs of the driver's queue (``DeliveryQueue``)."""
+
+    delivered: int
+
+    @property
+    def full(self) -> bool: ...
+
+    def put(self, pending: deque[tuple[Key, Message]],
+            hold: bool = False) -> tuple[dict[Key, int], list[Message]]: ...
+
+    def released(self) -> tuple[dict[Key, int], int]: ...
+
+    def set_ends(self, ends: dict[Key, int], left: int = 0) -> None: ...
+
+
+class ReceiverCore(Endpoint):
+    """Receiver protocol state. ``config`` must carry its ``receiver_id``
+    (``ReceiverConfig.named``); ``rng`` draws the NAK and repair hold-offs."""
+
+    def __init__(self, config: ReceiverConfig, *, now: float, wall_offset: float = 0.0,
+                 rng: Uniform | None = None) -> None:
+        receiver_id = config.receiver_id
+        if receiver_id is None:
+            raise ConfigError("ReceiverCore needs a receiver_id (ReceiverConfig.named)")
+        if config.test_data_loss and rng is None:
+            raise ConfigError("test_data_loss needs an rng")
+        self.config = cfg = config
+        self.mode, self.stream = cfg.mode, cfg.stream
+        self.receiver_id: str = receiver_id
+        self.capacity_msgs = cap = cfg.capacity_msgs
+        self.grtt_s, self._grtt_t = 0.0, -math.inf  # the senders' advertised group RTT
+        self.flow = make_receiver_flow(cfg.mode, stream=cfg.stream, receiver=self.receiver_id,
+                                       capacity_msgs=cap, nak=cfg.nak, ack=cfg.ack, rng=rng)
+        repairing = cfg.mode == "nak" and cfg.repair.enabled
+        self.tracker = SequenceTracker(drop_duplicates=cfg.drop_duplicates,
+                                       max_streams=cfg.max_streams, repair=repairing,
+                                       late_join=cfg.repair.late_join)
+        self.requester = (RepairRequester(self.tracker, cfg.stream, self.receiver_id,
+                                          cfg.repair, rng=rng, capacity_msgs=cap)
+                          if repairing else None)
+        self.mac = None if cfg.shared_key is None else FrameAuth(cfg.shared_key)
+        self._rng = rng
+        self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
+        self.signals = FillSignals(cfg.nak, capacity_msgs=cap, on=cfg.mode == "nak")
+        self.episodes = BackpressureEpisodes(cap)
+        self.timeline = Timeline(("depth", "seen_depth", "received", "delivered", "dropped"),
+                                 interval_s=cfg.timeline_interval_s)
+        self.read_chunk = max(1, min(256, cap // 20))  # frames (and messages) per look
+        self.ends: dict[Key, int] = {}
+        #: streams whose END came and whose RECEIPT is due once they are settled here
+        self._receipts_due: dict[Key, None] = {}
+        self.receipts_sent = 0
+        self.left: dict[Key, None] = {}  # heard senders that left without END (aborted)
+        self._hellos: dict[Key, None] = {}  # senders heard saying HELLO
+        self.node_desc, self._log = f"receiver {self.receiver_id}", log
+        self._init_endpoint()
+        self._t0 = now
+        self._pending: deque[tuple[Key, Message]] = deque()
+        self._next_hello = now
+        self._depth = 0
+        self._late = 0.0
+        #: the last DATA read was sent before this process's last hold-up ended: what waits
+        #: in the socket is a backlog of its own, already buffered for it
+        self._backlog = False
+        self._finished_changed = False
+        self.frames_in = self.messages_in = self.dropped = self.delivered = 0
+        self.feedback_sent = self.feedback_bytes = self.test_dropped = 0
+        self.io_behind_polls = 0
+        self.first_data_at: float | None = None
+
+    # -- frames in ------------------------------------------------------------------------
+    def receive_data(self, buf: bytes, now: float) -> None:
+        """A frame from the data channel: new messages join ``deliveries()``."""
+        self.frames_in += 1
+        alone = buf[:2] == TARGET_MAGIC
+        if alone:  # a repair for this receiver alone (its topic)
+            try:
+                buf = untarget(buf)
+            except ProtocolError:
+                self.malformed += 1
+                return
+        got = self._open(buf, now, decode_data)
+        if got is None:
+            return
+        if self.config.test_data_loss and (type(got) is tuple or type(got) in (Data, RData)):
+            assert self._rng is not None
+            if self._rng.random() < self.config.test_data_loss:
+                self.test_dropped += 1
+                return
+        if type(got) is tuple:  # DATA, the hot path
+            _, sender, epoch, seq, ts, payloads, grtt_us = got
+            self._data(sender, epoch, seq, ts, payloads, grtt_us, now)
+            return
+        frame: Frame = got
+        if type(frame) is Data:  # DATA that the hot path left to the full decoder
+            self._data(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads,
+                       frame.grtt_us, now)
+        elif type(frame) is RData:
+            self._answered(frame.sender, frame.epoch)
+            ranges = self.tracker.on_repair(frame.sender, frame.epoch, frame.seq,
+                                            len(frame.payloads))
+            if not alone:  # see ArrivalMeter.on_repaired
+                self.signals.arrival.on_repaired(sum(hi - lo for lo, hi in ranges), now)
+            self._deliver(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads,
+                          ranges)
+        elif type(frame) is Gone:
+            self._on_gone(frame)
+        elif type(frame) is Hello and frame.role == "sender":
+            self._on_sender_hello(frame, now)
+        elif type(frame) is End:
+            self._on_end(frame)
+        elif type(frame) is Bye and frame.role == "sender":
+            self._on_sender_bye(frame)
+        else:
+            self.foreign += 1  # feedback-type frames do not belong on the data channel
+
+    def _data(self, sender: str, epoch: int, seq: int, ts: float, payloads: Any,
+              grtt_us: int, now: float) -> None:
+        if grtt_us:
+            self._on_grtt(grtt_us, now)
+        count = len(payloads)
+        if self.first_data_at is None:
+            self.first_data_at = now
+        self.messages_in += count
+        sig = self.signals
+        delay = now + self.wall_offset - ts
+        held = sig.holdups.since(now - delay)  # this process stopped since it was sent
+        self._backlog = held > 0
+        sig.delay.on_delay(sender, delay, max(self._late, held))
+        sig.arrival.on_frame(sender, seq + count, ts, now)
+        ranges = self.tracker.on_data(sender, epoch, seq, count)
+        self.flow.on_sender((sender, epoch), seq + count, now=now)
+        self._deliver(sender, epoch, seq, ts, payloads, ranges)
+
+    def _deliver(self, sender: str, epoch: int, seq: int, ts: float, payloads: Any,
+                 ranges: list[tuple[int, int]]) -> None:
+        key, out = (sender, epoch), self._pending.append
+        if len(ranges) == 1 and ranges[0] == (0, len(payloads)):  # all new: the usual case
+            for i, p in enumerate(payloads):
+                out((key, Message(sender, epoch, seq + i, ts, p)))
+            return
+        for lo, hi in ranges:
+            for i in range(lo, hi):
+                out((key, Message(sender, epoch, seq + i, ts, payloads[i])))
+
+    def _on_grtt(self, grtt_us: int, now: float) -> None:
+        """A sender advertised its group RTT: the receiver times its feedback by the
+        largest one advertised within GRTT_HOLD_S (several senders: the farthest)."""
+        rtt = grtt_us / 1e6
+        if rtt >= self.grtt_s or now - self._grtt_t >= GRTT_HOLD_S:
+            if rtt != self.grtt_s:
+                self.flow.set_rtt(min(rtt, MAX_GRTT_S))
+                if self.requester is not None:
+                    self.requester.set_rtt(min(rtt, MAX_GRTT_S))
+            self.grtt_s, self._grtt_t = rtt, now
+
+    def _on_sender_hello(self, frame: Hello, now: float) -> None:
+        if frame.mode != self.mode:
+            self._mismatch(f"sender {frame.node} runs mode {frame.mode!r}")
+        key = (frame.node, frame.epoch)
+        if frame.announce:  # idle: "every seq below next_seq was sent"; no answer
+            if key not in self.ends:
+                self.tracker.on_announce(frame.node, frame.epoch, frame.next_seq)
+                self.flow.on_sender(key, frame.next_seq, now=now)
+            return
+        # a sender repeats HELLO while it waits (for receivers, or for credit)
+        self.flow.on_sender(key, frame.next_seq, now=now, waiting=True)
+        self.tracker.on_hello(frame.node, frame.epoch, frame.next_seq)
+        if key not in self._hellos:
+            remember(self._hellos, key, self.tracker.max_streams)
+        # the answer echoes the sender's stamp: the sender measures the round trip on
+        # its own clock
+        self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0,
+                         frame.node, frame.ts, receipts=True), now)
+
+    def _answered(self, sender: str, epoch: int) -> None:
+        """The sender of a stream with gaps is there and serving it (a repair, even one
+        this receiver holds already; END repeated while it waits for receipts): the
+        requester's tries count only while nothing comes (``GapList.progress``). A slow
+        receiver's repairs wait behind the sender's rate limit; at 39 messages/s (the
+        data source's 128-row messages) ten tries 0.1 s apart ran out before they came,
+        and the receiver gave up on 23 of its own drops while the sender still lingered
+        for it."""
+        gaps = self.tracker.with_gaps.get((sender, epoch))
+        if gaps is not None:
+            gaps.progress = True
+
+    def _on_end(self, frame: End) -> None:
+        key = (frame.sender, frame.epoch)
+        self._answered(frame.sender, frame.epoch)
+        heard = key in self._hellos or key in self.tracker.streams
+        self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
+        self.flow.on_sender_gone(key)
+        self.signals.forget(frame.sender)
+        if heard:  # every END of a stream heard here (a repeat too: the sender did not get
+            # the receipt) is answered once the stream is settled here (``_receipts``); a
+            # made-up sender's END gets nothing
+            remember(self._receipts_due, key, self.tracker.max_streams)
+        if heard and key not in self.ends:
+            self.ends[key] = frame.final_seq
+            if len(self.ends) > self.tracker.max_streams:  # bounded, like the tracker
+                del self.ends[next(iter(self.ends))]
+            self._finished_changed = True
+            self._event(StreamEnded(frame.sender, frame.epoch, frame.final_seq))
+
+    def _on_gone(self, frame: Gone) -> None:
+        """What the sender's history no longer holds is missing here for good: said once
+        a stream in the log, as an event, and counted (``beyond_history``)."""
+        missing = self.tracker.on_gone(frame.sender, frame.epoch, frame.lo, frame.hi)
+        if missing:
+            self._event(BeyondHistory(frame.lo, frame.hi, frame.sender, frame.epoch, missing))
+            self._warn(f"beyond {frame.sender}/{frame.epoch}",
+                       f"{missing} messages of sender {frame.sender} epoch {frame.epoch} are "
+                       "no longer in its history: this receiver fell further behind than the "
+                       "history reaches (counted as beyond_history; a longer history, "
+                       "RepairConfig.history_*, or a faster consumer would have caught up)")
+
+    def _on_sender_bye(self, frame: Bye) -> None:
+        # after END this changes nothing; without END (an aborted sender) its stream stays
+        # incomplete and its credit window is freed for the others
+        key = (frame.node, frame.epoch)
+        self.flow.on_sender_gone(key)
+        self.signals.forget(frame.node)
+        if key not in self.ends and key not in self.left and (
+                key in self._hellos or key in self.tracker.streams):
+            remember(self.left, key, self.tracker.max_streams)
+            self._finished_changed = True
+            self._event(SenderLeft(frame.node, frame.epoch))
+
+    def receive_overheard(self, buf: bytes, now: float) -> None:
+        """Another receiver's feedback frame."""
+        frame = self._open(buf, now, decode)
+        if frame is None:
+            return
+        if is_other_modes_feedback(frame, self.mode):
+            self._mismatch(f"{type(frame).__name__} from receiver {frame.receiver}")
+        if type(frame) is Repair:
+            if self.requester is not None and frame.receiver != self.receiver_id:
+                self.requester.on_overheard(frame, now=now)
+            return
+        self.flow.on_overheard(frame, now=now)
+
+    # -- the queue and the application --------------------------------------------------
+    def exchange(self, queue: QueueLike, now: float) -> None:
+        """One step with the driver's queue: hand it the new messages, learn what it kept,
+        dropped and released, decide the feedback that calls for, run the timer if due, and
+        tell the queue which senders finished."""
+        if self._pending:
+            self.queued(*queue.put(self._pending, self._holding_back()))
+        released, depth = queue.released()
+        self.consumed(released, depth, queue.delivered, now)
+        if now >= self._next_hello or self._due(now):
+            self.handle_timer(now)
+        if self._finished_changed:
+            self._finished_changed = False
+            queue.set_ends(self.ends, len(self.left))
+
+    def deliveries(self) -> deque[tuple[Key, Message]]:
+        """New messages, oldest first, as ``(stream key, Message)``: the driver's queue
+        takes them out of this deque (what it leaves is handed out next time)."""
+        return self._pending
+
+    def queued(self, enqueued: dict[Key, int], dropped: list[Message]) -> None:
+        """The queue took ``enqueued`` messages per stream and dropped ``dropped`` (its
+        own trouble if this receiver was held up: the repair may then come to it alone)."""
+        flow, tracker = self.flow, self.tracker
+        for key, n in enqueued.items():
+            flow.on_enqueued(key, n)
+        own = self._late >= PAUSE_S or self.signals.held_up
+        for msg in dropped:
+            self.dropped += 1
+            tracker.on_dropped(msg.sender, msg.epoch, msg.seq, own)
+
+    def consumed(self, released: dict[Key, int], depth: int, delivered: int,
+                 now: float) -> None:
+        """``released`` messages per stream left the queue (taken, or dropped as the
+        oldest), ``depth`` are in it, the application took ``delivered`` so far: the
+        feedback this calls for is decided now."""
+        for key, n in released.items():
+            self.flow.on_released(key, n)
+        self._depth, self.delivered = depth, delivered
+        self.signals.on_consumed(delivered, depth, now)
+        self._feedback(now)
+
+    def late(self, seconds: float, now: float) -> None:
+        """The driver's I/O thread ran ``seconds`` later than it could have before the
+        reads that follow, at ``now`` (``nakflow.live.lateness``): their frames' queueing
+        delay is the process's, not the path's, and is discounted."""
+        self._late = seconds
+        self.signals.was_late(seconds, now)
+
+    def io_behind(self, behind: bool, now: float) -> None:
+        """The driver read a whole chunk and more was waiting (``behind``): counted."""
+        self.io_behind_polls += behind
+
+    def subscriptions(self) -> list[bytes]:
+        """The prefixes the data channel's SUB must subscribe to: everything but the
+        repairs meant for other receivers alone (any first byte but 0xC1; after 0xC1 any
+        second but the target mark; and this receiver's own target prefix)."""
+        magic, mark = TARGET_MAGIC[0], TARGET_MAGIC[1]
+        return ([bytes((b,)) for b in range(256) if b != magic]
+                + [bytes((magic, b)) for b in range(256) if b != mark]
+                + [target_prefix(self.receiver_id)])
+
+    def wants_data(self, queue_full: bool) -> bool:
+        """Read the data channel now? Not while the queue is full under ``block``, nor
+        while it is full and this receiver holds back its own backlog
+        (``_holding_back``)."""
+        return not (queue_full and (self.config.overflow == "block"
+                                    or self._holding_back()))
+
+    def _holding_back(self) -> bool:
+        """In ``nak`` with repair, what waits in the socket is this receiver's own backlog
+        (the process was stopped or descheduled since those frames were sent): a full
+        queue then keeps what does not fit and reads no more, as ``block`` does, instead of
+        dropping it. Dropped, it would be fetched back by repair, though it is already
+        buffered here: a receiver back from a 3 s stop dropped 50,000-58,000 of its
+        backlog, in more pieces than the gap list holds, and asked for each ten times."""
+        return self._backlog and self.requester is not None
+
+    # -- feedback and timers --------------------------------------------------------------
+    def _feedback(self, now: float) -> None:
+        depth = self._depth
+        self.episodes.observe(depth, now=now)
+        seen = self.seen_depth(depth, now=now)
+        sig = self.signals
+        for frame in self.flow.poll(seen, now=now, signal=sig.signal, rate=sig.rate(now),
+                                    judge=sig.judge):
+            self._send(frame, now)
+        if self.requester is not None:
+            for frame in self.requester.poll(seen / self.capacity_msgs, now=now):
+                self._send(frame, now)
+        if self._receipts_due:
+            self._receipts(now)
+        if self.timeline.due(now):
+            self.timeline.sample(now, depth, seen, self.messages_in, self.delivered,
+                                 self.dropped)
+
+    def _receipts(self, now: float) -> None:
+        """A RECEIPT for each ended stream that is settled here: nothing of it still asked
+        for (repairs), nothing of it still waiting to enter the queue. It says what the
+        stream lacks here for good (all zeros: complete)."""
+        tracker, due = self.tracker, self._receipts_due
+        entering = {key for key, _msg in self._pending} if self._pending else ()
+        for key in list(due):
+            st = tracker.streams.get(key)
+            if st is None or st.final_seq is None:  # forgotten meanwhile (max_streams)
+                del due[key]
+                continue
+            if key in tracker.with_gaps or key in entering:
+                continue
+            del due[key]
+            self.receipts_sent += 1
+            self._send(Receipt(self.stream, self.receiver_id, key[0], key[1], st.final_seq,
+                               (st.lost, st.dropped, st.beyond_history, st.missed_before_join),
+                               now + self.wall_offset), now)
+
+    def seen_depth(self, depth: int, *, now: float) -> int:
+        """The fill the policy acts on (``FillSignals.seen_depth``)."""
+        return self.signals.seen_depth(depth, self.dropped, self.tracker, now=now)
+
+    def get_timer(self) -> float | None:
+        t = self._next_hello
+        for d in (self.flow.next_deadline(),
+                  None if self.requester is None else self.requester.next_deadline()):
+            if d is not None and d < t:
+                t = d
+        return t
+
+    def _due(self, now: float) -> bool:
+        t = self.get_timer()
+        return t is not None and now >= t
+
+    def handle_timer(self, now: float) -> None:
+        """HELLO when due (presence, every ``hello_interval_s``), and the feedback due."""
+        if now >= self._next_hello:
+            self._next_hello = now + self.config.hello_interval_s
+            self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, "",
+                             now + self.wall_offset, receipts=True), now)
+        self._feedback(now)
+
+    def close(self, now: float) -> None:
+        """BYE: this receiver leaves on purpose."""
+        self._send(Bye(self.stream, self.receiver_id, "receiver", 0, now + self.wall_offset),
+                   now)
+
+    def _send(self, frame: Frame, now: float) -> None:
+        buf = encode(frame) if self.mac is None else self.mac.seal(encode(frame),
+                                                                    now=now + self.wall_offset)
+        self.feedback_sent += 1
+        self.feedback_bytes += len(buf)
+        self.outbox.append(buf)
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Accounting, feedback and policy figures, JSON-ready (``Receiver.snapshot``)."""
+        return receiver_snapshot(self, now)
+
+
+def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
+    flow, sig = core.flow.snapshot(), core.signals
+    totals = core.tracker.totals()
+    return {
+        "receiver_id": core.receiver_id, "stream": core.stream, "mode": core.mode,
+        "capacity_msgs": core.capacity_msgs, "overflow": core.config.overflow,
+        "elapsed_s": round(now - core._t0, 6),
+        "frames": core.frames_in, "dropped": core.dropped,
+        **{k: totals[k] for k in ("received", "lost", "repaired", "beyond_history",
+                                  "missed_before_join", "duplicates")},
+        "dropped_unrepaired": totals["dropped"], "repair_redundant": totals["redundant"],
+        "streams_evicted": core.tracker.evicted,
+        "malformed": core.malformed, "foreign": core.foreign,
+        "mode_mismatch": core.mode_mismatch, "key_mismatch": core.key_mismatch,
+        "policy": flow, "naks_sent": flow.get("naks_sent", {}),
+        "naks_by_signal": flow.get("naks_by_signal", {}),
+        "naks_suppressed": flow.get("naks_suppressed", 0),
+        "credits_sent": flow.get("credits_sent", 0),
+        "repair": None if core.requester is None else core.requester.snapshot(),
+        "test_dropped": core.test_dropped,
+        "auth": None if core.mac is None else core.mac.snapshot(),
+        "feedback_frames": core.feedback_sent, "feedback_bytes": core.feedback_bytes,
+        "receipts_sent": core.receipts_sent,
+        "senders": core.tracker.per_sender(),
+        "io_behind_polls": core.io_behind_polls,
+        "naks_not_news": flow.get("naks_not_news", 0),
+        "naks_while_paused": flow.get("naks_while_paused", 0),
+        "loss_windows": sig.loss.windows, "delay_windows": sig.delay.windows,
+        "delay_silent_windows": sig.delay.silent_windows,
+        "queueing_ms": round(sig.delay.queueing_s * 1000, 3),
+        **core.episodes.snapshot(now=now),
+        "timeline": core.timeline.as_dict(t0=core._t0),
+    }
+
+
+from .._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -1,0 +1,543 @@
+"""One sender's whole protocol, sans-I/O (h11's ``Connection``, aioquic's driver contract).
+
+Admission (the mode's policy, taken ahead in allowances: ``Admission``), natural
+batching (``FrameBatcher``), framing and sequence numbers (``Framer``), history and
+repair (``RepairServer``), presence (``ReceiverRoster``), feedback, timers and the
+lifecycle (``Lifecycle``) all hang off this one object. A driver (the threaded
+``Sender``, ``AsyncSender``, the simulator's ``SimLink``) only moves bytes, waits and
+locks::
+
+    wait = core.offer(payload, now)         # 0.0: admitted; else ask again after wait s
+    core.receive_feedback(buf, now)         # every frame from the feedback channel
+    core.handle_timer(now)                  # when now >= core.get_timer()
+    for buf in core.frames_to_send(): pub.send(buf)
+    event = core.next_event()               # events.ReceiverJoined, Closed, ...
+
+``timer_changed`` turns True when a call set an earlier timer (a frame began to linger,
+repairs were asked for): a driver that sleeps on the timer clears it and re-reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..config import SenderConfig
+from ..errors import ConfigError
+from ..events import BeyondHistory, Closed, Confirmed, ReceiverJoined, ReceiverLeft
+from ..policy.bucket import TokenBucket
+from ..policy.registry import is_other_modes_feedback, make_sender_flow
+from ..wire.auth import FrameAuth
+from ..wire.codec import SIGNAL_CODES, Bye, Hello, Nak, Receipt, Repair, decode
+from ..wire.endpoint import Endpoint
+from .admission import ALLOWANCE_MSGS, ALLOWANCE_S, Admission
+from .batch import FrameBatcher
+from .close import CloseTally, receiver_of
+from .framer import Framer
+from .lifecycle import CLOSED, CLOSING, OPEN, Lifecycle
+from .repair_server import REPAIR_POLL_S, RepairServer
+from .roster import ReceiverRoster, remember
+from .tail import TailAnnouncer
+from .timeline import Timeline
+
+__all__ = ["ALLOWANCE_MSGS", "BatchOffer", "SenderCore", "sender_snapshot"]
+
+log = logging.getLogger("nakflow.live.sender")
+MAX_BATCH_MSGS = 1024  # payloads per DATA frame in offer_batch
+MAX_BATCH_BYTES = 256 * 1024
+
+
+#: A waiting sender gives up on a receiver that answered in another mode once this long
+#: passed without enough receivers of its own mode answering, s: real receivers answer
+#: each HELLO (one every 0.1 s while waiting) within milliseconds.
+MISMATCH_GRACE_S = 0.5
+
+#: NAK signals that, after END, say a receiver still reads frames sent long ago (a socket
+#: backlog): it has not reached END and may yet find drops to ask for. Not its queue's
+#: fill: a slow consumer's full queue holds what it received (its drops it asks for), and
+#: lingering for it held every Spark task of the eval open (0.934 of ACK, 0.972 before).
+BEHIND = frozenset((SIGNAL_CODES["delay"], SIGNAL_CODES["silence"]))
+
+
+class SenderCore(Endpoint):
+    """Sender protocol state. ``config`` must carry its ``sender_id`` and ``epoch``
+    (``SenderConfig.named``). Every frame it hands out is ready to go (sealed if keyed)."""
+
+    def __init__(self, config: SenderConfig, *, now: float, wall_offset: float = 0.0,
+                 start_rate_msgs: float | None = None, multicast: bool = False) -> None:
+        sender_id, epoch = config.sender_id, config.epoch
+        if sender_id is None or epoch is None:
+            raise ConfigError("SenderCore needs a sender_id and epoch (SenderConfig.named)")
+        self.config = cfg = config
+        self.mode, self.stream, self.sender_id, self.epoch = cfg.mode, cfg.stream, sender_id, epoch
+        nak = cfg.nak
+        if start_rate_msgs is not None:  # a rate remembered for this path
+            nak = replace(nak, initial_rate_msgs=min(max(start_rate_msgs, nak.min_rate_msgs),
+                                                     nak.max_rate_msgs))
+        self.start_rate_msgs = start_rate_msgs
+        self.policy = make_sender_flow(cfg.mode, stream=cfg.stream, sender=sender_id,
+                                       epoch=epoch, nak=nak, ack=cfg.ack,
+                                       max_rate_msgs=cfg.max_rate_msgs)
+        self.policy.t0 = now
+        self.admission = Admission(self.policy)
+        self._floor = TokenBucket(cfg.nak.min_rate_msgs, burst_s=0.05)
+        self.repairs = (RepairServer(cfg.repair, multicast=multicast)
+                        if cfg.mode == "nak" and cfg.repair.enabled else None)
+        self.mac = None if cfg.shared_key is None else FrameAuth(cfg.shared_key)
+        self.framer = Framer(stream=cfg.stream, sender_id=sender_id, epoch=epoch, mode=cfg.mode,
+                             mac=self.mac, wall_offset=wall_offset,
+                             max_frame_bytes=cfg.max_frame_bytes,
+                             history=None if self.repairs is None else self.repairs.history)
+        self.batch = FrameBatcher(linger_s=cfg.linger_s, max_msgs=cfg.frame_msgs,
+                                  max_bytes=cfg.frame_bytes, max_frame_bytes=cfg.max_frame_bytes,
+                                  names_bytes=len(cfg.stream.encode()) + len(sender_id.encode()))
+        self.roster = ReceiverRoster()
+        self.tally = CloseTally(self.roster, gone_after_s=cfg.receiver_gone_s)
+        self.multicast = multicast
+        self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
+        self.node_desc, self._log = f"sender {sender_id}", log
+        self._init_endpoint()
+        self.life = Lifecycle()
+        self._t0 = now
+        self._wanted = 0  # receivers the driver waits for (HELLO meanwhile)
+        #: the first receiver that answered this sender's HELLO in another mode, and when
+        self.answer_mismatch: str | None = None
+        self._answer_mismatch_at = math.inf
+        self._other_mode: dict[str, None] = {}  # receivers that answered in another mode
+        self._next_hello = now
+        self._linger_from = self._linger_next = 0.0  # after close: since when, next look
+        self.tail = TailAnnouncer(now)
+        self.timer_changed = False
+        self.feedback_frames = self.feedback_bytes = 0
+        self.timeline = Timeline(("sent", "rate_limit", "credit", "blocked_s"),
+                                 interval_s=cfg.timeline_interval_s)
+
+    # -- the application's side --------------------------------------------------------
+    def offer(self, payload: bytes, now: float) -> float:
+        """Admit one message: 0.0 if it is admitted (it leaves with the frame being built),
+        else the seconds to wait before offering it again (inf: until feedback or the
+        timer). Raises ValueError for a payload no frame can hold, LocalProtocolError
+        after END."""
+        adm = self.admission
+        if adm.allow and now < adm.until:
+            r = self.batch.offer(payload, now)
+            if r:
+                self._settle(r, payload, now)
+            adm.allow -= 1
+            return 0.0
+        return self._offer_slow(payload, now, wait=True)
+
+    def try_offer(self, payload: bytes, now: float) -> bool:
+        """Admit one message if the policy allows it now; never asks to wait."""
+        adm = self.admission
+        if adm.allow and now < adm.until:
+            return self.offer(payload, now) == 0.0
+        return self._offer_slow(payload, now, wait=False) == 0.0
+
+    def _offer_slow(self, payload: bytes, now: float, *, wait: bool) -> float:
+        self._may_send()
+        self.batch.check(payload)
+        adm = self.admission
+        adm.give_back()
+        self._serve_repairs(now)  # repairs asked for go ahead of new data
+        if self._owed_in_full(now):  # the history holds only what receivers are owed
+            pause = self._floor.request(1, now=now)
+            if pause:
+                if not wait:
+                    adm.refused += 1
+                    return math.inf
+                self.flush(now)
+                adm.block(now, pause)
+                return pause
+            adm.unblock(now)
+            r = self.batch.offer(payload, now)
+            if r:
+                self._settle(r, payload, now)
+            return 0.0
+        if not adm.take(now):
+            if not wait:
+                adm.refused += 1
+                return math.inf
+            self.flush(now)  # what waits goes out before the sender waits
+            granted, delay = self.policy.admit(1, now=now)
+            if not granted:
+                if adm.block(now, delay):  # waiting for credit: new receivers must learn
+                    self._next_hello = min(self._next_hello, now)  # of us (HELLO)
+                    self.timer_changed = True
+                return delay
+            adm.allow, adm.until = 1, now + ALLOWANCE_S
+        adm.unblock(now)
+        return self.offer(payload, now)
+
+    def offer_batch(self, payloads: Sequence[bytes], start: int, now: float) -> tuple[int, float]:
+        """Admit ``payloads[start:]`` as frames of up to MAX_BATCH_MSGS, paced as a whole:
+        (how many were admitted and framed now, the wait before offering the rest)."""
+        self._may_send()
+        self.admission.give_back()
+        self.flush(now)
+        self._serve_repairs(now)
+        i, n, size = start, len(payloads), 0
+        while i < n and i - start < MAX_BATCH_MSGS and (size < MAX_BATCH_BYTES or i == start):
+            size += len(payloads[i])
+            i += 1
+        if self._owed_in_full(now):
+            i = start + 1  # one at a time, at the floor rate
+            pause = self._floor.request(1, now=now)
+            if pause:
+                self.admission.block(now, pause)
+                return 0, pause
+            self.admission.unblock(now)
+            self._data_frame(payloads[start:i], now, now)
+            return 1, 0.0
+        granted, wait = self.policy.admit(i - start, now=now)
+        if not granted:
+            if self.admission.block(now, wait):
+                self._next_hello = min(self._next_hello, now)
+                self.timer_changed = True
+            return 0, wait
+        self.admission.unblock(now)
+        self._data_frame(payloads[start:start + granted], now, now)
+        return granted, 0.0
+
+    def batch_offer(self, payloads: Sequence[bytes]) -> BatchOffer:
+        """``payloads`` to offer as a batch (``offer_batch``), a part at a time."""
+        return BatchOffer(self, payloads)
+
+    def _owed_in_full(self, now: float) -> bool:
+        """The history's byte bound is full of frames kept for receivers that asked to
+        have them held: rather than forget what they are owed, the sender goes on at its
+        floor (``NakConfig.min_rate_msgs``: no feedback can stop a sender) until those
+        pins are served or end."""
+        rs = self.repairs
+        return rs is not None and rs.history.kept_bytes > 0 and rs.history.over(now)
+
+    def flush(self, now: float) -> None:
+        """The frame being built leaves now."""
+        if self.batch.payloads:
+            payloads, first = self.batch.take(now)
+            self._data_frame(payloads, first, now)
+
+    def end(self, now: float) -> None:
+        """END: every seq below ``seq`` was sent. Again after END: END again."""
+        self.life.step("end")
+        self.admission.give_back()
+        self.flush(now)
+        if self.framer.seq == 0 and not self.framer.said_hello:  # receivers count ENDs of
+            self._hello(now)  # streams they heard
+        self.outbox.append(self.framer.end(now))
+        self.tally.start()
+
+    def close(self, now: float) -> None:
+        """END (if not yet), then the exact close: answer repairs and repeat END until
+        every receiver heard before END has confirmed (its RECEIPT) or is gone, at most
+        ``RepairConfig.linger_max_s`` (``closed`` says when it is over: BYE sent,
+        ``events.Closed``; ``tally`` what each receiver ended with)."""
+        if self.life.state == OPEN:
+            self.end(now)
+        if self.life.state == CLOSED:
+            return
+        if self.life.state != CLOSING:
+            self._linger_from = self._linger_next = now
+            self.tail.start_ends(now, self.roster.rtt_s or 0.0)
+        self.life.step("close")
+        self.handle_timer(now)
+
+    def abort(self, now: float) -> None:
+        """Leave without END (receivers see the stream incomplete): what was admitted goes
+        out, then BYE."""
+        if self.life.state == CLOSED:
+            return
+        self.admission.give_back()
+        self.flush(now)
+        self.life.step("abort")
+        self._bye(now)
+
+    def connection_lost(self, now: float, n: int = 1) -> None:
+        """The transport says ``n`` receiver connections closed (ZeroMQ's socket monitor):
+        the policy may evict who stays silent (ack: ``AckConfig.disconnect_probe_s``), and a
+        close stops waiting for receivers that stay silent (``_close``)."""
+        self.policy.on_connection_lost(now=now)
+        self.tally.on_connection_lost(n, now)
+        if self.life.state == CLOSING:
+            self._linger_next = min(self._linger_next, now)
+        self.timer_changed = True
+
+    @property
+    def watches_connections(self) -> bool:
+        """Whether ``connection_lost`` can change anything (the driver may skip watching):
+        over tcp and ipc, where a closed connection is seen (the close uses it)."""
+        return not self.multicast
+
+    def want_receivers(self, n: int, now: float) -> None:
+        """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done)."""
+        self._wanted = n
+        if n:
+            self._next_hello = now
+            self.timer_changed = True
+
+    def receivers_ready(self) -> int:
+        """Receivers that answered our HELLO in this mode and may be sent to (ack: have
+        granted)."""
+        answered, other = self.roster.answered, self._other_mode
+        if other:
+            answered = {r: None for r in answered if r not in other}
+        return self.policy.ready(answered)
+
+    def wait_problem(self, now: float, *, timed_out: bool = False) -> str | None:
+        """Why waiting for receivers cannot succeed (None: it still can; the driver asks
+        only while too few are ready, and raises ``PeerMismatch`` with it). A receiver that
+        answered this sender's HELLO in another mode: once MISMATCH_GRACE_S passed without
+        enough receivers of this mode answering (no wait mends it; and on an open channel
+        a forged answer cannot stop a sender whose real receivers answer within the grace).
+        Frames refused for their shared key: only once the wait ran out (``timed_out``), as
+        the likely cause; a receiver with another key cannot read the HELLO to answer it,
+        and such frames may as well come from a forger, who must not stop a sender."""
+        if self.answer_mismatch is not None and (
+                timed_out or now - self._answer_mismatch_at >= MISMATCH_GRACE_S):
+            return f"{self.answer_mismatch} (check every side's --mode)"
+        if timed_out and self.key_mismatch_detail is not None:
+            return (f"no receiver answered, and {self.key_mismatch:,} {self.key_mismatch_detail}"
+                    " were heard on the feedback channel: a receiver with another "
+                    "--shared-key? (check every side's --shared-key)")
+        return None
+
+    def wait_over(self, now: float) -> None:
+        """The driver stopped waiting for admission (gave up): count the time waited."""
+        self.admission.unblock(now)
+
+    @property
+    def closed(self) -> bool:
+        return self.life.state == CLOSED
+
+    @property
+    def sent(self) -> int:
+        """Messages sent, or admitted and waiting in the frame being built."""
+        return self.framer.seq + len(self.batch)
+
+    # -- the network's side -------------------------------------------------------------
+    def receive_feedback(self, buf: bytes, now: float) -> None:
+        """A frame from the feedback channel; bad ones are counted and dropped."""
+        self.feedback_bytes += len(buf)
+        frame = self._open(buf, now, decode)
+        if frame is None:
+            return
+        self.feedback_frames += 1
+        node = receiver_of(frame)
+        if node is not None and type(frame) is not Bye:  # a BYE is no sign of life
+            self.roster.heard(node, now)
+        if type(frame) is Receipt:
+            if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):
+                self._on_receipt(frame, now)
+            return
+        if type(frame) is Hello:
+            if frame.role == "receiver":
+                self._on_receiver_hello(frame, now)
+        elif type(frame) is Bye:
+            if frame.role == "receiver" and self.roster.on_bye(frame.node):
+                self.policy.on_receiver_bye(frame.node)
+                if self.repairs is not None:
+                    self.repairs.history.release(frame.node)
+                self._event(ReceiverLeft(frame.node, "bye"))
+        elif type(frame) is Repair:
+            if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):
+                self._on_repair(frame, now)
+            return
+        elif is_other_modes_feedback(frame, self.mode):
+            self._mismatch(f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
+        elif (type(frame) is Nak and frame.signal in BEHIND and self.repairs is not None
+              and frame.stream == self.stream and self.life.state == CLOSING):
+            self.repairs.on_behind(now)  # after END: a receiver still reads old frames
+        self.policy.on_feedback(frame, now=now)
+
+    def _on_receipt(self, frame: Receipt, now: float) -> None:
+        self.tally.on_receipt(frame)
+        self._take_outcomes()
+        if self.life.state == CLOSING:  # the close may be over: look now
+            self._linger_next = min(self._linger_next, now)
+            self.timer_changed = True
+
+    def _take_outcomes(self) -> None:
+        for receiver, outcome in self.tally.take_new():
+            self._event(Confirmed(receiver, outcome.status, outcome.why))
+
+    def _on_receiver_hello(self, frame: Hello, now: float) -> None:
+        me = frame.echo == self.sender_id
+        if self.roster.on_hello(frame.node, echoes_us=me,
+                                rtt_s=now + self.wall_offset - frame.ts,
+                                receipts=frame.receipts):
+            self._event(ReceiverJoined(frame.node))
+        if me and self.roster.rtt_s is not None:
+            self.framer.grtt_us = round(self.roster.rtt_s * 1e6)
+            self.policy.set_rtt(self.roster.rtt_s)
+        if frame.mode != self.mode:
+            self._mismatch(f"receiver {frame.node} runs mode {frame.mode!r}")
+            if me:  # it answered us: no stray frame
+                remember(self._other_mode, frame.node)
+                if self.answer_mismatch is None:
+                    self.answer_mismatch = (f"receiver {frame.node} runs mode "
+                                            f"{frame.mode!r}, this sender runs {self.mode!r}")
+                    self._answer_mismatch_at = now
+        else:
+            self._other_mode.pop(frame.node, None)
+
+    def _on_repair(self, frame: Repair, now: float) -> None:
+        if self.repairs is None:
+            return
+        for lo, hi in self.repairs.on_request(frame, now=now):
+            self.outbox.append(self.framer.gone(lo, hi, now))
+            self._event(BeyondHistory(lo, hi))
+        self.timer_changed = True
+
+    def get_timer(self) -> float | None:
+        """When ``handle_timer`` should next run (None: nothing pending). The policy's own
+        deadline (the rate's next step, an eviction) counts only while admission waits."""
+        t = math.inf if self.repairs is None else self.repairs.due_at
+        waiting = self.admission.blocked_since is not None
+        for d in (self.batch.deadline(), self.policy.next_deadline() if waiting else None):
+            if d is not None and d < t:
+                t = d
+        if self._wanted or self.admission.on_credit:
+            t = min(t, self._next_hello)
+        if self.life.state == CLOSING:
+            t = min(t, self._linger_next, self.tail.end_at)
+        elif self.life.state == OPEN:
+            t = min(t, self.tail.announce_at(self.framer.seq))
+        return None if math.isinf(t) else t
+
+    def handle_timer(self, now: float) -> None:
+        """Do what is due at ``now``: a frame whose linger is over leaves, repairs the
+        policy admits, HELLO while waiting, evictions, the last seq announced while idle,
+        END repeated and the end of the linger after END."""
+        due = self.batch.deadline()
+        if due is not None and due <= now:
+            self.flush(now)
+        self._serve_repairs(now)
+        for receiver, why in self.policy.on_timer(now=now):
+            self._event(ReceiverLeft(receiver, why))
+        if (self._wanted or self.admission.on_credit) and now >= self._next_hello:
+            self._hello(now)
+        state = self.life.state
+        tail, seq = self.tail, self.framer.seq
+        if state == OPEN and now >= tail.announce_at(seq):  # idle: say where it stands
+            tail.announced(seq, now)
+            self.outbox.append(self.framer.hello(now, announce=True))
+        elif state == CLOSING:
+            if now >= tail.end_at:  # repeated while receipts are awaited: a lost receipt
+                tail.end_repeated(now, more=bool(self.tally.waiting(now)))  # is asked
+                self.outbox.append(self.framer.end(now))  # for again this way
+            if now >= self._linger_next:
+                self._linger(now)
+
+    def _serve_repairs(self, now: float) -> None:
+        rs = self.repairs
+        if rs is not None and now >= rs.due_at:
+            self.outbox += rs.serve(self.policy, self.framer, now)
+
+    def _linger(self, now: float) -> None:
+        """After END: until every receiver heard before END has sent its receipt or is
+        gone (``CloseTally``), answering repairs meanwhile, at most ``linger_max_s``; for
+        receivers that send no receipts (older ones), also until they stop asking for
+        repairs and the ENDs were repeated. Then BYE."""
+        rs, tally = self.repairs, self.tally
+        waiting = tally.waiting(now)
+        older = None  # the older rule's wait (None: over, or not needed)
+        if not tally.expects_receipts or tally.has_older:
+            older = None if rs is None else rs.linger_wait(self._linger_from, now=now,
+                                                           sent_any=self.framer.seq > 0)
+            if older is None and self.tail.ends_left:  # the ENDs still to repeat
+                older = max(0.0, self.tail.end_at - now)
+        give_up = self._linger_from + self.config.repair.linger_max_s
+        if now >= give_up or (not waiting and older is None and not (rs and rs.pending)):
+            tally.finish()
+            self._take_outcomes()
+            self.life.step("done")
+            self._bye(now)
+            return
+        self._take_outcomes()
+        nxt = min(give_up, tally.next_check(waiting),
+                  math.inf if older is None else now + older)
+        if rs is not None and rs.pending:
+            nxt = min(nxt, now + REPAIR_POLL_S)
+        self._linger_next = nxt
+
+    # -- frames out, bookkeeping --------------------------------------------------------
+    def _may_send(self) -> None:
+        if self.life.state != OPEN:
+            self.life.step("data")  # raises: the table has no such step
+
+    def _data_frame(self, payloads: Sequence[bytes], first: float, now: float) -> None:
+        self.outbox.append(self.framer.data(payloads, first, now))
+        self.tail.last_data_t = now
+        if self.timeline.due(now):
+            rate, credit = self.policy.limits(now=now)
+            self.timeline.sample(now, self.framer.seq, rate, credit, self.admission.blocked_s)
+
+    def _settle(self, r: int, payload: bytes, now: float) -> None:
+        if self.batch.settle(r, payload, now, self.flush):
+            self.timer_changed = True  # a frame began to linger
+
+    def _hello(self, now: float) -> None:
+        self._next_hello = now + self.config.hello_interval_s
+        self.outbox.append(self.framer.hello(now))
+
+    def _bye(self, now: float) -> None:
+        self.outbox.append(self.framer.bye(now))
+        self._event(Closed())
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Metrics, JSON-ready."""
+        return sender_snapshot(self, now)
+
+
+class BatchOffer:
+    """What is left of one ``send_batch``: calling it offers the rest at ``now`` and says
+    0.0 (some were admitted) or how long to wait; ``done`` once all were admitted."""
+
+    def __init__(self, core: SenderCore, payloads: Sequence[bytes]) -> None:
+        self.core, self.payloads, self.sent = core, payloads, 0
+
+    @property
+    def done(self) -> bool:
+        return self.sent >= len(self.payloads)
+
+    def __call__(self, now: float) -> float:
+        n, wait = self.core.offer_batch(self.payloads, self.sent, now)
+        self.sent += n
+        return wait if not n else 0.0
+
+
+def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
+    flow = core.policy.snapshot()
+    elapsed = now - core._t0
+    sent, fr, adm, rs = core.sent, core.framer, core.admission, core.repairs
+    return {
+        "sender_id": core.sender_id, "epoch": core.epoch, "stream": core.stream,
+        "mode": core.mode, "state": core.life.state, "sent": sent, "frames": fr.frames,
+        "bytes": fr.bytes, "elapsed_s": round(elapsed, 6),
+        "rate_msgs": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
+        "blocked_s": round(adm.blocked_s, 6), "credit_stalled_s": round(adm.credit_stalled_s, 6),
+        "try_refused": adm.refused, "start_rate_msgs": core.start_rate_msgs,
+        "rate_limit": flow.get("rate_limit"), "naks_received": flow.get("naks_received", {}),
+        "cuts": flow.get("cuts", 0), "cuts_by_signal": flow.get("cuts_by_signal", {}),
+        "holds_by_signal": flow.get("holds_by_signal", {}), "limiting": flow.get("limiting"),
+        "receivers": flow.get("receivers") if core.mode == "ack" else len(core.roster.present),
+        "receivers_seen": core.roster.seen,
+        "rtt_ms": None if core.roster.rtt_s is None else round(core.roster.rtt_s * 1000, 3),
+        "feedback_frames": core.feedback_frames, "feedback_bytes": core.feedback_bytes,
+        "feedback_malformed": core.malformed, "feedback_foreign": core.foreign,
+        "mode_mismatch": core.mode_mismatch, "key_mismatch": core.key_mismatch,
+        "repair": None if rs is None else rs.snapshot(),
+        "at_close": core.tally.report(), "at_close_counts": core.tally.counts(),
+        "receipts": core.tally.receipts,
+        "auth": None if core.mac is None else core.mac.snapshot(),
+        "policy": flow,
+        "timeline": core.timeline.as_dict(t0=core._t0),
+    }
+
+
+from .._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

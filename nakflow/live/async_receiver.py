@@ -1,0 +1,201 @@
+"""The asyncio receiver: a driver of ``ReceiverCore`` on ``zmq.asyncio`` (``nakflow.aio``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from transports import SocketOptions, drain, open_receiver_sockets
+
+from ..config import ReceiverConfig, with_overrides
+from ..core.receiver_core import Key, Message, ReceiverCore
+from ..events import Event
+from .async_common import IDLE_POLL_S, no_curve, shadow
+from .delivery_queue import DeliveryQueue
+from .lateness import Lateness
+
+
+class AsyncReceiver:
+    """The asyncio twin of ``nakflow.Receiver``: ``async for msg in rx.messages()``,
+    ``get_many``. Its I/O runs as a task of the running loop (``async with`` or ``start``).
+    """
+
+    def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
+                 config: ReceiverConfig | None = None, *, overhear: str | Sequence[str] = (),
+                 options: SocketOptions | None = None,
+                 context: zmq.asyncio.Context | None = None,
+                 on_event: Callable[[Event], object] | None = None, **overrides: Any) -> None:
+        no_curve(options)
+        cfg = with_overrides(config, ReceiverConfig, overrides).named(f"r-{uuid.uuid4().hex[:12]}")
+        t0 = time.monotonic()
+        self._wall_offset = time.time() - t0
+        self.core = ReceiverCore(cfg, now=t0, wall_offset=self._wall_offset,
+                                 rng=random.Random())
+        self._on_event = on_event
+        ctx: Any = context or zmq.asyncio.Context.instance()
+        sockets = open_receiver_sockets(ctx, data, feedback, overhear, options,
+                                        self.core.subscriptions())
+        self._adata, self.data_endpoints, self._afb, self.feedback_endpoints = sockets[:4]
+        self._ahear = sockets[4]
+        self._data, self._fb = shadow(self._adata), shadow(self._afb)
+        self._hear = None if self._ahear is None else shadow(self._ahear)
+        self._queue = DeliveryQueue(cfg.capacity_msgs, cfg.overflow, wake=lambda: None,
+                                    wake_every=1)
+        self._arrived = asyncio.Event()  # bound to the loop on first wait
+        self._task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    receiver_id = property(lambda self: self.core.receiver_id)
+
+    def start(self) -> None:
+        """Start the I/O task on the running loop (``async with`` does this)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._io())
+
+    async def _io(self) -> None:
+        core, queue = self.core, self._queue
+        pollers = {}
+        for with_data in (True, False):
+            poller = pollers[with_data] = zmq.asyncio.Poller()
+            for sock in (self._adata if with_data else None, self._ahear):
+                if sock is not None:
+                    poller.register(sock, zmq.POLLIN)
+        lateness = Lateness()
+        try:
+            while True:
+                now = time.monotonic()
+                timer = core.get_timer()
+                wait = IDLE_POLL_S if timer is None else timer - now
+                read = core.wants_data(queue.full) and not core.deliveries()
+                poll_ms = lateness.poll_ms(wait, now)
+                lateness.wait_started(now, poll_ms / 1000)
+                events = await pollers[read].poll(poll_ms)
+                ready = {sock for sock, _ in events}
+                now = time.monotonic()
+                core.late(lateness.woke(now), now)
+                if self._adata in ready:
+                    lateness.data_read(now)
+                    for buf in drain(self._data, core.read_chunk):
+                        core.receive_data(buf, now)
+                if self._hear is not None and self._ahear in ready:
+                    for buf in drain(self._hear, 1_000):
+                        core.receive_overheard(buf, now)
+                self._step(now)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # surfaced in snapshot()["error"]
+            self.error = exc
+            self._arrived.set()
+            raise
+        finally:
+            lateness.close()
+
+    def _step(self, now: float) -> None:
+        core = self.core
+        core.exchange(self._queue, now)
+        for buf in core.frames_to_send():
+            self._fb.send(buf)
+        while (event := core.next_event()) is not None:
+            if self._on_event is not None:
+                self._on_event(event)
+        if len(self._queue) or self._queue.finished():
+            self._arrived.set()
+
+    async def get_many(self, max_n: int, timeout: float | None = None) -> list[Message]:
+        """Up to ``max_n`` messages; waits up to ``timeout`` for the first; [] on timeout
+        or once closed and drained."""
+        self.start()
+        while not len(self._queue):
+            if self._queue.closed or self.error is not None:
+                return []
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout)
+            except TimeoutError:
+                return []
+        msgs = self._queue.take(max_n, 0)
+        self._step(time.monotonic())  # room freed: credit and fill go out now
+        return msgs
+
+    async def __aiter__(self) -> AsyncIterator[Message]:
+        """Messages until the receiver is closed and drained (a service's loop)."""
+        while batch := await self.get_many(256):
+            for msg in batch:
+                yield msg
+
+    async def messages(self, senders: int = 1,
+                       timeout: float | None = 30.0) -> AsyncIterator[Message]:
+        """As ``Receiver.messages``: ``senders`` streams until they are over here;
+        TimeoutError after ``timeout`` s."""
+        end = math.inf if timeout is None else time.monotonic() + timeout
+        while True:
+            batch = await self.get_many(256, timeout=0.05)
+            for msg in batch:
+                yield msg
+            if not batch and self.done(senders):
+                return
+            if time.monotonic() >= end:
+                raise TimeoutError(f"{self._queue.finished()} of {senders} senders finished "
+                                   f"within {timeout} s")
+
+    def done(self, senders: int) -> bool:
+        """``senders`` finished, no repair awaited, the queue empty."""
+        return (self._queue.finished() >= senders and not self.core.tracker.with_gaps
+                and not len(self._queue) and not self.core.deliveries())
+
+    def ends(self) -> dict[Key, int]:
+        return self._queue.ends()
+
+    async def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
+        """Wait until END arrived from ``n`` senders (messages may still be queued)."""
+        self.start()
+        end = math.inf if timeout is None else time.monotonic() + timeout
+        while len(self.ends()) < n:
+            if time.monotonic() >= end or self.error is not None:
+                return False
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), min(0.1, end - time.monotonic()))
+        return True
+
+    async def close(self) -> None:
+        """Stop the I/O task, send BYE, close the sockets. Queued messages stay available
+        to ``get_many`` and are counted as ``queued``."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if not self._queue.closed:
+            self.core.close(time.monotonic())
+            with contextlib.suppress(zmq.ZMQError):
+                for buf in self.core.frames_to_send():
+                    self._fb.send(buf)
+            for sock in (self._adata, self._afb, self._ahear):
+                if sock is not None:
+                    sock.close(200)
+            self._queue.finish()
+            self._arrived.set()
+
+    async def __aenter__(self) -> AsyncReceiver:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = self.core.snapshot(time.monotonic())
+        first = self.core.first_data_at
+        snap.update(self._queue.snapshot(None if first is None else first + self._wall_offset,
+                                         len(self.core.deliveries())))
+        snap.update(handler_errors=0, error=None if self.error is None else repr(self.error))
+        return snap

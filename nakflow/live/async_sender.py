@@ -1,0 +1,219 @@
+"""The asyncio sender: a driver of ``SenderCore`` on ``zmq.asyncio`` (see ``nakflow.aio``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from transports import (
+    DisconnectWatch,
+    SocketOptions,
+    check_pairs,
+    drain,
+    is_multicast,
+    open_pub,
+    open_sub,
+    parse_endpoints,
+)
+
+from ..config import SenderConfig, with_overrides
+from ..core.sender_core import SenderCore
+from ..errors import KeyMismatch, PeerMismatch
+from ..events import Event
+from .async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
+
+
+class AsyncSender:
+    """The asyncio twin of ``nakflow.Sender``: same arguments and config (no CURVE)."""
+
+    def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
+                 config: SenderConfig | None = None, *, options: SocketOptions | None = None,
+                 context: zmq.asyncio.Context | None = None,
+                 on_event: Callable[[Event], object] | None = None,
+                 feedback_proxy: bool = False, **overrides: Any) -> None:
+        no_curve(options)
+        cfg = with_overrides(config, SenderConfig, overrides).named(
+            f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
+        t0 = time.monotonic()
+        data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
+        check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
+        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0,
+                               multicast=any(map(is_multicast, data_uris)))
+        self._on_event = on_event
+        ctx: Any = context or zmq.asyncio.Context.instance()  # its sockets are asyncio's
+        self._apub, _ = open_pub(ctx, data_uris, bind=False, options=options)
+        self._asub, _ = open_sub(ctx, fb_uris, bind=False, options=options)
+        self._pub, self._sub = shadow(self._apub), shadow(self._asub)
+        self._watch = DisconnectWatch(self._apub) if self.core.watches_connections else None
+        self._timer = LoopTimer(self._on_timer)
+        self._progress = asyncio.Event()  # set whenever feedback or a timer was handled
+        self._reader: asyncio.Task[None] | None = None
+        self._shut = False
+
+    mode = property(lambda self: self.core.mode)
+    sender_id = property(lambda self: self.core.sender_id)
+    sent = seq = property(lambda self: self.core.sent)
+
+    async def send(self, payload: bytes, timeout: float | None = None) -> None:
+        """Send one message, waiting (without blocking the loop) as the policy says."""
+        core, now = self.core, time.monotonic()
+        wait = core.offer(payload, now)
+        if wait:
+            await self._wait(lambda t: core.offer(payload, t), wait, now, timeout)
+        if core.outbox or core.timer_changed:
+            self._transmit()
+
+    def try_send(self, payload: bytes) -> bool:
+        """Send one message if the policy allows it now; never waits. True: admitted (it
+        leaves with the frame being built; outside a running loop, at once)."""
+        core, now = self.core, time.monotonic()
+        ok = core.try_offer(payload, now)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop whose timer could end the linger: send now
+            core.flush(now)
+        self._transmit()
+        return ok
+
+    async def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
+        """Send many messages in few DATA frames, paced by the policy as a whole."""
+        offer = self.core.batch_offer(payloads)
+        while not offer.done:
+            now = time.monotonic()
+            wait = offer(now)
+            self._transmit()
+            if wait:
+                await self._wait(offer, wait, now, timeout)
+
+    async def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
+        """Wait until ``n`` receivers answered HELLO (in ack mode: and granted credit).
+        Raises TimeoutError, or PeerMismatch as soon as a receiver that answered runs
+        another mode or holds another shared key."""
+        core, now = self.core, time.monotonic()
+        end = now + timeout
+        core.want_receivers(n, now)
+        self._transmit()
+        try:
+            while True:
+                if (ready := core.receivers_ready()) >= n:
+                    return ready
+                if (problem := core.wait_problem(time.monotonic())) is not None:
+                    raise PeerMismatch(problem)
+                if time.monotonic() >= end:
+                    problem = core.wait_problem(time.monotonic(), timed_out=True)
+                    if problem is not None:
+                        raise KeyMismatch(problem) if core.answer_mismatch is None \
+                            else PeerMismatch(problem)
+                    raise TimeoutError(f"{ready} of {n} receivers answered in {timeout} s")
+                await self._progressed(end - time.monotonic())
+        finally:
+            core.want_receivers(0, time.monotonic())
+
+    def flush(self) -> None:
+        """The frame being built leaves; then END marks the stream complete."""
+        self.core.end(time.monotonic())
+        self._transmit()
+
+    async def close(self) -> None:
+        """END, answer repair requests while receivers ask, BYE, close the sockets."""
+        core = self.core
+        if self._shut:
+            return
+        self._shut = True
+        try:
+            core.close(time.monotonic())
+            self._transmit()
+            while not core.closed:
+                timer = core.get_timer()
+                await self._progressed(IDLE_POLL_S if timer is None
+                                       else timer - time.monotonic())
+        finally:
+            self._timer.cancel()
+            if self._reader is not None:
+                self._reader.cancel()
+            if self._watch is not None:
+                self._watch.close()
+            self._apub.close()
+            self._asub.close(0)
+
+    async def abort(self) -> None:
+        """Leave without END: receivers see this (sender, epoch) as incomplete."""
+        self.core.abort(time.monotonic())
+        await self.close()
+
+    async def __aenter__(self) -> AsyncSender:
+        self._transmit()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.core.snapshot(time.monotonic())
+
+    # -- the driver ---------------------------------------------------------------------
+    def _transmit(self) -> None:
+        """Send what the core hands out, pass its events on, re-arm its timer, make sure a
+        task reads feedback."""
+        core = self.core
+        for buf in core.frames_to_send():
+            self._pub.send(buf)
+        while (event := core.next_event()) is not None:
+            if self._on_event is not None:
+                self._on_event(event)
+        core.timer_changed = False
+        self._timer.arm(core.get_timer())
+        if self._reader is None and not core.closed:
+            with contextlib.suppress(RuntimeError):  # no running loop: started later
+                self._reader = asyncio.get_running_loop().create_task(self._read_feedback())
+
+    async def _read_feedback(self) -> None:
+        poller = zmq.asyncio.Poller()
+        poller.register(self._asub, zmq.POLLIN)
+        if self._watch is not None:
+            poller.register(self._watch.socket, zmq.POLLIN)
+        while not self.core.closed:
+            await poller.poll()
+            now = time.monotonic()
+            for buf in drain(self._sub, 10_000):
+                self.core.receive_feedback(buf, now)
+            closed = 0 if self._watch is None else self._watch.lost()
+            if closed:
+                self.core.connection_lost(now, closed)
+            self._after_input(now)
+
+    def _on_timer(self) -> None:
+        self._after_input(time.monotonic())
+
+    def _after_input(self, now: float) -> None:
+        timer = self.core.get_timer()
+        if timer is not None and now >= timer:
+            self.core.handle_timer(now)
+        self._transmit()
+        self._progress.set()
+
+    async def _progressed(self, timeout_s: float) -> None:
+        """Wait until feedback or a timer was handled, or ``timeout_s`` passed."""
+        self._progress.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._progress.wait(), max(0.0, timeout_s))
+
+    async def _wait(self, retry: Callable[[float], float], wait: float, now: float,
+                    timeout: float | None) -> None:
+        give_up = math.inf if timeout is None else now + timeout
+        self._transmit()  # what waits goes out before the sender waits
+        while wait:
+            await self._progressed(min(now + wait, give_up) - now)
+            now = time.monotonic()
+            wait = retry(now)
+            if wait and now >= give_up:
+                self.core.wait_over(now)
+                raise TimeoutError(f"no permission to send within {timeout} s ({self.mode})")

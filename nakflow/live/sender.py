@@ -1,0 +1,315 @@
+"""The threaded sender: a driver of ``SenderCore`` over ZeroMQ PUB (data) and SUB (feedback).
+
+It reads the clock, hands the core what arrives, sends what the core hands out and waits
+as the core says; every protocol decision is the core's. The application's thread does
+the work in each call; a timer thread does what falls due while the application is away
+(a lingering frame, repairs, HELLO), under the same lock. Use a Sender from one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import zmq
+
+from transports import (
+    DisconnectWatch,
+    SocketOptions,
+    check_pairs,
+    drain,
+    is_multicast,
+    open_pub,
+    open_sub,
+    parse_endpoints,
+)
+
+from ..config import SenderConfig, with_overrides
+from ..core.sender_core import SenderCore
+from ..errors import KeyMismatch, PeerMismatch
+from ..events import Event
+from ..policy.rate_memory import RATE_MEMORY
+
+log = logging.getLogger("nakflow.live.sender")
+FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
+TIMER_IDLE_S = 0.05  # the timer thread looks at least this often
+
+
+class Sender:
+    """Publishes a stream to nakflow receivers under ``nak``, ``ack`` or ``none`` control.
+
+    Args:
+        data: receivers' data endpoints (list or comma-separated), or a multicast group.
+        feedback: receivers' feedback endpoints, in the same order, or the feedback group.
+        config: a ``SenderConfig``; keyword arguments named like its fields (``mode``,
+            ``stream``, ``nak``, ``linger_s``, ...) override it.
+        options: socket options (``transports.SocketOptions``: CURVE, high-water marks).
+        context: a ZeroMQ context (default: the process's).
+        on_event: called with each ``nakflow.events.Event`` (a receiver joined or left,
+            repairs beyond the history, a peer in another mode), in the sending thread.
+        feedback_proxy: the feedback endpoints are a proxy's that forwards every
+            receiver's feedback, not one per receiver: ``data`` and ``feedback`` need not
+            pair (over tcp/ipc they must otherwise: one of each per receiver, in order).
+
+    Raises:
+        ConfigError, transports.EndpointError: bad arguments (endpoint lists that do not
+            pair, an endpoint named twice).
+    """
+
+    def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
+                 config: SenderConfig | None = None, *, options: SocketOptions | None = None,
+                 context: zmq.Context[zmq.Socket[bytes]] | None = None,
+                 on_event: Callable[[Event], object] | None = None,
+                 feedback_proxy: bool = False, **overrides: Any) -> None:
+        cfg = with_overrides(config, SenderConfig, overrides)
+        t0 = time.monotonic()
+        cfg = cfg.named(f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
+        data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
+        check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
+        self._rate_key = ((cfg.stream, tuple(sorted(data_uris)))
+                          if cfg.remember_rate and cfg.mode == "nak" else None)
+        start = None if self._rate_key is None else RATE_MEMORY.recall(self._rate_key, now=t0)
+        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, start_rate_msgs=start,
+                               multicast=any(map(is_multicast, data_uris)))
+        self.config, self._on_event = cfg, on_event
+        ctx = context or zmq.Context.instance()
+        self._pub, _ = open_pub(ctx, data_uris, bind=False, options=options)
+        try:
+            self._sub, _ = open_sub(ctx, fb_uris, bind=False, options=options)
+        except BaseException:
+            self._pub.close(0)
+            raise
+        self._poller = zmq.Poller()
+        self._poller.register(self._sub, zmq.POLLIN)
+        self._watch = DisconnectWatch(self._pub) if self.core.watches_connections else None
+        if self._watch is not None:
+            self._poller.register(self._watch.socket, zmq.POLLIN)
+        self._lock = threading.Lock()  # every use of the core and the sockets
+        self._wake = threading.Event()
+        self._next_fb_check = t0
+        self._pid, self._closed = os.getpid(), False
+        self._timer = threading.Thread(target=self._timer_main, daemon=True,
+                                       name=f"nakflow-tx-timer-{cfg.sender_id}")
+        self._timer.start()
+
+    mode = property(lambda self: self.core.mode)
+    stream = property(lambda self: self.core.stream)
+    sender_id = property(lambda self: self.core.sender_id)
+    epoch = property(lambda self: self.core.epoch)
+    sent = seq = property(lambda self: self.core.sent, doc="messages sent or admitted")
+    frames = property(lambda self: self.core.framer.frames, doc="DATA frames sent")
+    start_rate_msgs = property(lambda self: self.core.start_rate_msgs)
+
+    # -- sending ------------------------------------------------------------------------
+    def send(self, payload: bytes, timeout: float | None = None) -> None:
+        """Send one message, waiting while the rate limit or credit says so. Raises
+        TimeoutError after ``timeout`` s without permission, ValueError for a payload larger
+        than a frame may be, LocalProtocolError after END."""
+        with self._lock:
+            core, now = self.core, time.monotonic()
+            if now >= self._next_fb_check:
+                self._service(now, 0.0)
+            wait = core.offer(payload, now)
+            if wait:
+                self._wait(lambda t: core.offer(payload, t), wait, now, timeout)
+            if core.outbox:
+                self._transmit()
+            if core.timer_changed:
+                core.timer_changed = False
+                self._wake.set()
+
+    def try_send(self, payload: bytes) -> bool:
+        """Send one message if the policy allows it now; never blocks. True: admitted (it
+        leaves with the frame being built, within ``linger_s``)."""
+        with self._lock:
+            core, now = self.core, time.monotonic()
+            if now >= self._next_fb_check:
+                self._service(now, 0.0)
+            ok = core.try_offer(payload, now)
+            if core.outbox:
+                self._transmit()
+            if core.timer_changed:
+                core.timer_changed = False
+                self._wake.set()
+            return ok
+
+    def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
+        """Send many messages in few DATA frames, paced by the policy as a whole. Raises
+        TimeoutError after ``timeout`` s without any permission (what went stays sent)."""
+        with self._lock:
+            offer = self.core.batch_offer(payloads)
+            while not offer.done:
+                now = time.monotonic()
+                if now >= self._next_fb_check:
+                    self._service(now, 0.0)
+                wait = offer(now)
+                self._transmit()
+                if wait:
+                    self._wait(offer, wait, now, timeout)
+
+    def flush(self) -> None:
+        """The frame being built leaves; then END marks the stream complete."""
+        with self._lock:
+            self.core.end(time.monotonic())
+            self._transmit()
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        """Handle feedback and serve repairs for up to ``timeout_s`` (the frame being
+        built leaves first)."""
+        with self._lock:
+            now = time.monotonic()
+            self.core.flush(now)
+            end = now + timeout_s
+            while True:
+                self._service(now, max(0.0, min(end, self._timer_at(end)) - now))
+                now = time.monotonic()
+                if now >= end:
+                    return
+
+    def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
+        """Block until ``n`` receivers answered this sender's HELLO on the data channel
+        (which proves the path up, against ZeroMQ's slow-joiner loss); in ``ack`` each
+        must also have granted. Raises TimeoutError, or PeerMismatch as soon as a
+        receiver that answered runs another mode or holds another shared key."""
+        with self._lock:
+            core, now = self.core, time.monotonic()
+            end = now + timeout
+            core.want_receivers(n, now)
+            try:
+                while True:
+                    if (ready := core.receivers_ready()) >= n:
+                        return ready
+                    if (problem := core.wait_problem(now)) is not None:
+                        raise PeerMismatch(problem)
+                    if now >= end:
+                        problem = core.wait_problem(now, timed_out=True)
+                        if problem is not None:
+                            raise KeyMismatch(problem) if core.answer_mismatch is None \
+                                else PeerMismatch(problem)
+                        raise TimeoutError(f"{ready} of {n} receivers answered in {timeout} s")
+                    self._service(now, max(0.0, min(end, self._timer_at(end)) - now))
+                    now = time.monotonic()
+            finally:
+                core.want_receivers(0, now)
+
+    # -- the driver ---------------------------------------------------------------------
+    def _service(self, now: float, wait_s: float) -> None:
+        """Read feedback (waiting up to ``wait_s`` for the first frame), run the core's
+        timer if due, send what it hands out."""
+        self._next_fb_check = now + FEEDBACK_CHECK_S
+        core = self.core
+        if wait_s > 0:
+            self._poller.poll(max(1, math.ceil(wait_s * 1000)))
+        frames = drain(self._sub, 10_000)
+        now = time.monotonic()
+        for buf in frames:
+            core.receive_feedback(buf, now)
+        closed = 0 if self._watch is None else self._watch.lost()
+        if closed:
+            core.connection_lost(now, closed)
+        if now >= self._timer_at(now):
+            core.handle_timer(now)
+        self._transmit()
+
+    def _timer_at(self, default: float) -> float:
+        t = self.core.get_timer()
+        return default if t is None else t
+
+    def _transmit(self) -> None:
+        send = self._pub.send
+        for buf in self.core.frames_to_send():
+            send(buf)
+        while (event := self.core.next_event()) is not None:
+            log.info("sender %s: %s", self.core.sender_id, event)
+            if self._on_event is not None:
+                self._on_event(event)
+
+    def _wait(self, retry: Callable[[float], float], wait: float, now: float,
+              timeout: float | None) -> None:
+        """Serve feedback and timers until ``retry(now)`` is admitted (returns 0)."""
+        give_up = math.inf if timeout is None else now + timeout
+        while wait:
+            limit = min(now + wait, give_up, self._timer_at(give_up))
+            self._service(now, max(0.0, limit - now))
+            now = time.monotonic()
+            wait = retry(now)
+            if wait and now >= give_up:
+                self.core.wait_over(now)
+                raise TimeoutError(f"no permission to send within {timeout} s ({self.mode})")
+
+    def _timer_main(self) -> None:
+        core = self.core
+        while not self._closed:
+            delay = min(TIMER_IDLE_S, self._timer_at(math.inf) - time.monotonic())
+            if delay > 0:
+                self._wake.wait(delay)
+                self._wake.clear()
+                continue
+            with self._lock:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                if now >= self._timer_at(math.inf):
+                    core.handle_timer(now)
+                    self._transmit()
+
+    # -- the end ------------------------------------------------------------------------
+    def close(self, linger_s: float | None = None) -> None:
+        """END (if not sent), answer repair requests while receivers ask, BYE, close the
+        sockets (``linger_s``: how long ZeroMQ may keep unsent frames)."""
+        self._finish(linger_s, end=True)
+
+    def abort(self, linger_s: float | None = None) -> None:
+        """Leave without END: receivers see this (sender, epoch) as incomplete (a Spark
+        task that failed and will be retried under a new epoch)."""
+        self._finish(linger_s, end=False)
+
+    def _finish(self, linger_s: float | None, *, end: bool) -> None:
+        if self._closed:
+            return
+        if os.getpid() != self._pid:  # a forked copy must not touch the parent's sockets
+            self._closed = True
+            return
+        with self._lock:
+            self._closed = True
+            core = self.core
+            try:
+                now = time.monotonic()
+                core.close(now) if end else core.abort(now)
+                self._transmit()
+                while not core.closed:
+                    self._service(now, max(0.0, self._timer_at(now) - now))
+                    now = time.monotonic()
+                rate = core.policy.validated_rate(now=now) if end else None
+                if self._rate_key is not None and rate is not None:
+                    RATE_MEMORY.remember(self._rate_key, rate, now=now)
+            finally:
+                if self._watch is not None:
+                    self._watch.close()
+                self._pub.close(None if linger_s is None else int(linger_s * 1000))
+                self._sub.close(0)
+        self._wake.set()
+        if self._timer is not threading.current_thread():
+            self._timer.join(1.0)
+
+    def __enter__(self) -> Sender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Metrics, JSON-ready (``SenderCore.snapshot``). Read without the lock, so that a
+        metrics scrape never waits for a sender blocked on credit."""
+        return self.core.snapshot(time.monotonic())
+
+
+from .._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

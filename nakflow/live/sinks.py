@@ -1,0 +1,327 @@
+"""Where ``nakflow receive`` hands each delivered message: stdout, a file or a command.
+
+A sink is the receiver's consumer: it writes in the receiving loop, so a slow file or
+command slows delivery, the queue fills and the senders hear NAKs (or grant less
+credit) as with any slow application. Each message becomes one JSON line::
+
+    {"stream": "orders", "sender": "s-1f…", "epoch": 1795…, "seq": 41, "ts": 1795….5,
+     "payload": {"id": 41, …}}
+
+``payload`` is the msgpack-decoded value when the payload is msgpack (what the Spark
+writer sends), written the way Spark's ``to_json`` writes values (``json_value``: bytes
+as base64, NaN and the infinities as strings; docs/types.md has the table per Spark
+type); else the UTF-8 text; payloads that are neither come as ``payload_b64`` (base64)
+instead. A sink that fails (a full disk, a command that
+exited) raises SinkError; the caller stops and reports how many messages it could not
+hand over, so nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+import msgpack
+
+from ..core.receiver_core import Message
+from ..errors import NakflowError
+
+SINK_HELP = ("'-' (stdout), 'file:PATH' (appended), 'cmd:COMMAND' (a shell command "
+             "reading JSON lines on its stdin) or 'parquet:DIR' (the rows as Parquet files, "
+             "needs pyarrow)")
+
+
+class SinkError(NakflowError):
+    """The sink could not take messages."""
+
+
+def json_value(value: Any) -> Any:
+    """A msgpack-decoded value as JSON can carry it, the way Spark's ``to_json`` writes
+    it: bytes as base64, NaN and the infinities as the strings "NaN", "Infinity" and
+    "-Infinity", map keys as strings; the rest unchanged."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, msgpack.Timestamp):  # another producer's msgpack timestamp
+        return value.to_datetime().isoformat(timespec="microseconds")
+    if isinstance(value, dict):
+        return {_json_key(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    return value
+
+
+def _json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bytes, bytearray)):
+        return base64.b64encode(key).decode("ascii")
+    return json.dumps(json_value(key), separators=(",", ":"))
+
+
+def message_json(stream: str, msg: Message) -> str:
+    """One message as a JSON line (without the newline)."""
+    record: dict[str, Any] = {"stream": stream, "sender": msg.sender, "epoch": msg.epoch,
+                              "seq": msg.seq, "ts": msg.ts}
+    try:
+        record["payload"] = json_value(msgpack.unpackb(msg.payload, raw=False,
+                                                       strict_map_key=False))
+        return json.dumps(record, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
+            msgpack.StackError):
+        pass  # not msgpack, or a value JSON has no form for
+    try:
+        record["payload"] = msg.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        del record["payload"]
+        record["payload_b64"] = base64.b64encode(msg.payload).decode("ascii")
+    return json.dumps(record, separators=(",", ":"))
+
+
+class JsonLinesSink:
+    """JSON lines to a binary stream; ``close`` flushes (and closes what it opened);
+    ``abandon`` lets go of it when the receiver never started."""
+
+    def __init__(self, stream: str, out: IO[bytes], owned: bool, name: str) -> None:
+        self.stream, self.out, self.owned, self.name = stream, out, owned, name
+        self.written = 0
+
+    def write(self, msgs: Sequence[Message]) -> None:
+        if not msgs:
+            return
+        data = "".join(message_json(self.stream, m) + "\n" for m in msgs).encode()
+        try:
+            self.out.write(data)
+        except (OSError, ValueError) as exc:
+            raise SinkError(f"sink {self.name} failed: {exc}") from exc
+        self.written += len(msgs)
+
+    def flush(self) -> None:
+        """A stream ended: make what was written durable (lines are, once written)."""
+
+    def abandon(self) -> None:
+        if self.owned:
+            self.out.close()
+
+    def close(self) -> None:
+        try:
+            self.out.flush()
+            if self.owned:
+                self.out.close()
+        except (OSError, ValueError) as exc:
+            if self.owned:
+                try:
+                    self.out.close()  # a second try closes the descriptor for good
+                except (OSError, ValueError):
+                    pass
+            raise SinkError(f"sink {self.name} failed: {exc}") from exc
+
+
+class CommandSink(JsonLinesSink):
+    """JSON lines into a shell command's stdin; ``close`` waits for it to finish.
+
+    Checked before the receiver says it is ready: a program that cannot be found or run,
+    or a command that ends within STARTUP_S (it cannot have read what is to come), is a
+    SinkError at once."""
+
+    #: A command that exits within this long of its start is taken for one that failed
+    #: to start (the shell's "not found", a wrong option), s.
+    STARTUP_S = 0.2
+
+    def __init__(self, stream: str, command: str) -> None:
+        name = f"cmd:{command}"
+        _check_program(command, name)
+        self.proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE)
+        try:
+            status = self.proc.wait(self.STARTUP_S)
+        except subprocess.TimeoutExpired:
+            status = None
+        if status is not None:
+            self.abandon()
+            why = {127: ": not found", 126: ": cannot be run"}.get(status, "")
+            raise SinkError(f"--sink {name}: the command exited at once with status "
+                            f"{status}{why} (its own message is above); it must read JSON "
+                            "lines on its stdin until they end")
+        assert self.proc.stdin is not None
+        super().__init__(stream, self.proc.stdin, owned=True, name=name)
+
+    def abandon(self) -> None:
+        """The receiver never started: stop the command, quietly."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(10)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except SinkError:
+            pass  # a closed pipe: the exit status below says why
+        status = self.proc.wait(60)
+        if status != 0:
+            raise SinkError(f"sink {self.name} exited with status {status}")
+
+
+def _check_program(command: str, name: str) -> None:
+    """The command's program exists and may be run (a shell builtin or a pipeline's later
+    programs are left to the start-up check)."""
+    import os
+    import shlex
+    import shutil
+
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise SinkError(f"--sink {name}: {exc}") from None
+    if not words:
+        raise SinkError(f"--sink {name}: no command given")
+    prog = words[0]
+    if "=" in prog or prog in ("exec", "cd", "env", "nice", "nohup", "time"):
+        return  # an assignment or a wrapper: the shell will tell
+    if "/" in prog:
+        if not os.path.isfile(prog):
+            raise SinkError(f"--sink {name}: {prog}: no such file")
+        if not os.access(prog, os.X_OK):
+            raise SinkError(f"--sink {name}: {prog}: not executable")
+    elif shutil.which(prog) is None and prog not in _SHELL_WORDS:
+        raise SinkError(f"--sink {name}: {prog}: command not found on PATH")
+
+
+#: Shell keywords and builtins a command may start with.
+_SHELL_WORDS = frozenset(("if", "for", "while", "case", "{", "(", "exec", "read", "echo",
+                          "printf", "set", "export", "ulimit", "umask", "trap", ":"))
+
+
+class ParquetSink:
+    """The rows as Parquet files in a directory (``--sink parquet:DIR``).
+
+    Arrow messages (the Spark data source's) are written as they are; msgpack rows (the
+    ``foreachPartition`` writer's maps) become columns, their types inferred from the
+    first rows. Rows are written in row groups of up to ROW_GROUP_ROWS; a file is closed
+    (renamed from ``.part`` to ``.parquet``, readable from then on) when a stream ends and
+    the queue is empty, when it holds FILE_ROWS rows, when the schema changes, and at the
+    receiver's stop (a signal too): nothing taken from the queue is left unwritten. Files
+    are ``part-<start>-<n>.parquet``, so a directory can be read as one dataset."""
+
+    ROW_GROUP_ROWS = 128 * 1024
+    FILE_ROWS = 4 * 1024 * 1024
+
+    def __init__(self, directory: str) -> None:
+        import os
+        import time
+
+        from ..arrow import _pa
+
+        self.pa = _pa()
+        import pyarrow.parquet as pq
+
+        self.pq = pq
+        self.name = f"parquet:{directory}"
+        self.dir = directory
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise SinkError(f"--sink {self.name}: cannot create {directory}: "
+                            f"{exc.strerror}") from None
+        if not os.access(directory, os.W_OK):
+            raise SinkError(f"--sink {self.name}: {directory} is not writable")
+        self.prefix = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        self.written = 0  # messages handed over
+        self.rows = 0  # rows in closed or open files
+        self.files: list[str] = []
+        self._buf: list[Any] = []
+        self._buf_rows = 0
+        self._writer: Any = None
+        self._path = ""
+        self._file_rows = 0
+
+    def write(self, msgs: Sequence[Message]) -> None:
+        from ..arrow import ArrowDecodeError, to_record_batch
+
+        if not msgs:
+            return
+        try:
+            batch = to_record_batch(msgs, self._writer.schema if self._writer else None)
+        except (ArrowDecodeError, self.pa.ArrowInvalid, self.pa.ArrowTypeError) as exc:
+            raise SinkError(f"sink {self.name}: {exc}") from exc
+        if self._buf and batch.schema != self._buf[0].schema:
+            self._write_buffer()
+        self._buf.append(batch)
+        self._buf_rows += batch.num_rows
+        self.written += len(msgs)
+        if self._buf_rows >= self.ROW_GROUP_ROWS:
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
+        if not self._buf:
+            return
+        import os
+
+        table = self.pa.Table.from_batches(self._buf)
+        self._buf, self._buf_rows = [], 0
+        try:
+            if self._writer is not None and table.schema != self._writer.schema:
+                self._close_file()
+            if self._writer is None:
+                self._path = os.path.join(self.dir, f"{self.prefix}-{len(self.files):05d}")
+                self._writer = self.pq.ParquetWriter(self._path + ".part", table.schema)
+            self._writer.write_table(table, row_group_size=self.ROW_GROUP_ROWS)
+        except OSError as exc:
+            raise SinkError(f"sink {self.name} failed: {exc}") from exc
+        self._file_rows += table.num_rows
+        self.rows += table.num_rows
+        if self._file_rows >= self.FILE_ROWS:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        import os
+
+        if self._writer is None:
+            return
+        writer, self._writer = self._writer, None
+        try:
+            writer.close()
+            os.replace(self._path + ".part", self._path + ".parquet")
+        except OSError as exc:
+            raise SinkError(f"sink {self.name} failed: {exc}") from exc
+        self.files.append(self._path + ".parquet")
+        self._file_rows = 0
+
+    def flush(self) -> None:
+        """A stream ended and the queue is empty: what is buffered goes into a closed,
+        readable file."""
+        self._write_buffer()
+        self._close_file()
+
+    def abandon(self) -> None:
+        pass  # nothing was opened before the first rows
+
+    def close(self) -> None:
+        self.flush()
+
+
+def open_sink(spec: str, stream: str) -> JsonLinesSink | ParquetSink:
+    """A sink from its command-line form (see SINK_HELP). Raises ValueError if malformed."""
+    if spec in ("-", "stdout"):
+        return JsonLinesSink(stream, sys.stdout.buffer, owned=False, name="stdout")
+    kind, _, target = spec.partition(":")
+    if kind == "file" and target:
+        try:
+            out = open(target, "ab")  # noqa: SIM115 (the sink owns it; close() closes it)
+        except OSError as exc:
+            raise SinkError(f"--sink {spec}: cannot open {target}: {exc.strerror}") from None
+        return JsonLinesSink(stream, out, owned=True, name=spec)
+    if kind == "cmd" and target:
+        return CommandSink(stream, target)
+    if kind == "parquet" and target:
+        return ParquetSink(target)
+    raise ValueError(f"--sink must be {SINK_HELP}: {spec!r}")

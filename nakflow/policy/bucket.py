@@ -1,0 +1,93 @@
+"""Token bucket pacing messages to a rate with a bounded burst (no clock)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+
+
+class TokenBucket:
+    """Paces a count (messages, or bytes) to ``rate`` per second.
+
+    ``request(n, now=)`` answers 0.0 ("go": the tokens are taken) or the number of
+    seconds to wait before asking again (nothing is taken). A request larger
+    than the burst is let through once the bucket is full and leaves a debt, so
+    a big batch is paced, not refused forever. ``set_rate`` takes effect at once.
+    """
+
+    __slots__ = ("_capacity", "_last", "_min_burst", "_rate", "_tokens", "burst_s", "waits")
+
+    def __init__(self, rate: float, *, burst_s: float = 0.005, min_burst: float = 1.0) -> None:
+        if not rate > 0:
+            raise ConfigError("rate must be > 0")
+        if not burst_s > 0 or not min_burst > 0:
+            raise ConfigError("burst_s and min_burst must be > 0")
+        self.burst_s = burst_s
+        self._min_burst = min_burst
+        self._rate = float(rate)
+        self._capacity = max(min_burst, rate * burst_s)
+        self._tokens = self._capacity
+        self._last: float | None = None
+        self.waits = 0
+
+    @property
+    def rate(self) -> float:
+        return self._rate
+
+    @property
+    def capacity(self) -> float:
+        return self._capacity
+
+    def _refill(self, now: float) -> None:
+        last = self._last
+        if last is None:
+            self._last = now
+        elif now > last:
+            tokens = self._tokens + (now - last) * self._rate
+            self._tokens = tokens if tokens < self._capacity else self._capacity
+            self._last = now
+
+    def request(self, n: float, *, now: float) -> float:
+        """Take ``n`` tokens at ``now`` and return 0.0, or return the wait in seconds."""
+        self._refill(now)
+        need = n if n < self._capacity else self._capacity
+        if self._tokens >= need:
+            self._tokens -= n
+            return 0.0
+        self.waits += 1
+        return (need - self._tokens) / self._rate
+
+    def take_up_to(self, n: int, *, now: float) -> int:
+        """Take as many whole tokens as are available, at most ``n``; return how many."""
+        self._refill(now)
+        k = int(self._tokens)
+        if k > n:
+            k = n
+        if k > 0:
+            self._tokens -= k
+        return max(k, 0)
+
+    def refund(self, n: int) -> None:
+        """Give back ``n`` tokens taken but not used (at most up to the burst)."""
+        tokens = self._tokens + n
+        self._tokens = tokens if tokens < self._capacity else self._capacity
+
+    def set_rate(self, rate: float, *, now: float) -> None:
+        """Change the rate at ``now``; tokens earned so far are kept (up to the new burst)."""
+        if not rate > 0:
+            raise ConfigError("rate must be > 0")
+        self._refill(now)
+        self._rate = float(rate)
+        self._capacity = max(self._min_burst, rate * self.burst_s)
+        if self._tokens > self._capacity:
+            self._tokens = self._capacity
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"rate": self._rate, "tokens": self._tokens, "burst": self._capacity,
+                "waits": self.waits}
+
+
+from .._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

@@ -1,0 +1,399 @@
+"""The sender's adaptive send-rate limit (seed 001).
+
+Cut by the strongest NAK heard within a window; raised stepwise while no NAK
+arrives, along a CUBIC curve (RFC 8312): return quickly toward the rate at
+which the last NAK came, then probe above it cautiously. Before the first NAK
+the limit probes upward geometrically from ``initial_rate_msgs`` (slow start).
+The sender never tracks who the receivers are. No clock: every call takes ``now``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..config import NakConfig
+
+
+def _cbrt(x: float) -> float:
+    return math.copysign(abs(x) ** (1.0 / 3.0), x)
+
+
+def recovery_bound_s(cfg: NakConfig) -> float:
+    """Upper bound on the time from a NAK back to max_rate under ``cfg``, s: the CUBIC
+    curve from min_rate, or slow start from start_rate, whichever is longer."""
+    w = cfg.min_rate_msgs
+    k_max = _cbrt(1.0 / cfg.cubic_c)
+    rise = _cbrt((cfg.max_rate_msgs / w - 1.0) / cfg.cubic_c)
+    cubic = cfg.quiet_s + k_max + rise + cfg.step_s
+    ramp_steps = math.ceil(math.log(cfg.max_rate_msgs / cfg.start_rate_msgs)
+                           / math.log(cfg.ramp_factor)) + 1
+    return max(cubic, cfg.quiet_s + ramp_steps * cfg.step_s)
+
+
+def cut_to(cfg: NakConfig, level: int, base: float, rate: float) -> float:
+    """The limit a NAK of ``level`` asks for from ``base``: ``base * cut_factor``, but no
+    lower than ``rate_shares`` of a reported ``rate`` (and never above ``base``)."""
+    cut = base * cfg.cut_factors[level]
+    share = cfg.rate_shares.get(level)
+    if rate > 0 and share is not None:
+        cut = min(base, max(cut, rate * share))
+    return max(cut, cfg.min_rate_msgs)
+
+
+def probe_rate(cfg: NakConfig, rtt_s: float | None, steps: int, w: float, k: float,
+               r0: float) -> float | None:
+    """The probe's rate ``steps`` steps into a quiet spell (None: not probing) on the
+    curve of plateau ``w``, K ``k`` and origin ``r0``. It starts once no NAK came for
+    probe_after_s and probe_rtts RTTs, and grows by probe_factor once per step or per
+    RTT, whichever is longer: an overshoot shows within an RTT."""
+    if cfg.probe_after_s is None or rtt_s is None:
+        return None
+    wait = max(cfg.probe_after_s, cfg.probe_rtts * rtt_s) - cfg.quiet_s
+    probe_from = max(0, math.ceil(wait / cfg.step_s - 1e-9))
+    if steps <= probe_from:
+        return None
+    per = max(1, math.ceil(rtt_s / cfg.step_s - 1e-9))  # steps per growth
+    base = max(cubic(cfg, w, k, probe_from), r0)
+    return float(base * cfg.probe_factor ** min((steps - probe_from + per - 1) // per, 10_000))
+
+
+def cubic(cfg: NakConfig, w: float, k: float, steps: int) -> float:
+    """CUBIC's curve ``steps`` steps into a quiet spell: W + c*W*(t-K)^3."""
+    t = steps * cfg.step_s
+    return w + cfg.cubic_c * w * (t - k) ** 3
+
+
+class RateMeter:
+    """The send rate over fixed periods of ``period_s``: ``on_sent`` counts, ``rate``
+    is the last complete period's figure, ``current`` that or the running period's once
+    it is a quarter through."""
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self._t0: float | None = None
+        self._count = 0
+        self.rate: float | None = None
+        self.peak: float | None = None  # the highest complete period's rate
+
+    def on_sent(self, n: int, *, now: float) -> None:
+        if self._t0 is None:
+            self._t0 = now
+        self._count += n
+        span = now - self._t0
+        if span >= self.period_s:
+            self.rate = rate = self._count / span
+            if self.peak is None or rate > self.peak:
+                self.peak = rate
+            self._t0 = now
+            self._count = 0
+
+    def unsend(self, n: int) -> None:
+        self._count = max(0, self._count - n)
+
+    def current(self, now: float) -> float | None:
+        if self.rate is not None:
+            return self.rate
+        t0 = self._t0
+        if t0 is not None and now - t0 >= self.period_s / 4:
+            return self._count / (now - t0)
+        return None
+
+
+class NakRateController:
+    """Adaptive send-rate limit in msgs/s, driven by NAK levels.
+
+    * ``on_nak(level, now=)`` — the first NAK of a window cuts at once, relative to
+      the rate actually reached (the lower of the limit and the measured send
+      rate). A stronger NAK later in the same window deepens the cut to that
+      level's factor, relative to the same base; weaker or equal NAKs change
+      nothing. After a cut, NAKs no stronger than it only block increases for
+      ``hold_s``: a queue takes time to drain, and repeats of the same level
+      during that time are not news: the backlog the cut was meant for is still
+      draining through socket buffers and the queue, so re-cutting every window
+      would compound into a collapse.
+    * Before the first NAK (slow start) the limit grows by ``ramp_factor`` every
+      ``step_s`` from ``initial_rate_msgs``.
+    * While no NAK arrives for ``quiet_s``, the limit rises in steps of
+      ``step_s`` along ``W + c*W*(t-K)^3``, W being the rate at the last cut.
+    * While none arrives for ``probe_after_s``, it also grows by ``probe_factor`` a
+      step from where it stood then (the higher of the two counts): freed capacity is
+      found in a few steps rather than after CUBIC's plateau.
+    * ``on_sent(n, now=)`` feeds the send-rate meter.
+    """
+
+    def __init__(self, config: NakConfig | None = None) -> None:
+        self.config = cfg = config if config is not None else NakConfig()
+        self._levels_desc = sorted(cfg.levels, reverse=True)
+        #: after a drain, the limit resumes at this share of a reported plateau (the
+        #: lowest level's rate share: what a receiver just past that level is cut to)
+        self._resume_share = cfg.rate_shares.get(self._levels_desc[-1], 0.0)
+        start = cfg.start_rate_msgs
+        self._w = start  # rate at which the last cut came
+        self._resume = False  # W is a path's reported rate: resume near it once quiet
+        self._r0 = start  # rate right after the last cut (the curve's origin)
+        self._k = 0.0  # CUBIC K: time from origin to W, s
+        self._quiet_from: float | None = None  # last NAK (or first use), s
+        self._slow_start = start < cfg.max_rate_msgs
+        self._window_start = -math.inf
+        self._window_base = start
+        self._window_level = 0
+        self._cut_level = 0
+        self._cut_fill: float | None = None
+        self._cut_source: str | None = None  # the receiver whose NAK made the last cut
+        self._episode = False  # between a cut and the next increase
+        self._episode_base = start
+        self._episode_level = 0
+        self._hold_until = -math.inf
+        self._last_now = -math.inf
+        # cached step evaluation: the rate only changes at step ticks
+        self._rate = start
+        self._next_tick = math.inf if start >= cfg.max_rate_msgs else -math.inf
+        self._meter = RateMeter(cfg.window_s)
+        self.rtt_s: float | None = None  # the group's round-trip time, once measured
+        # metrics
+        self.naks_received: dict[int, int] = {}
+        self.cuts = 0
+        self.holds = 0
+        self.ignored = 0
+
+    # -- queries -------------------------------------------------------------
+    def rate(self, *, now: float) -> float:
+        """The current limit, msgs/s."""
+        if now < self._next_tick:
+            return self._rate
+        if self._quiet_from is None:  # initial_rate below max: ramp from first use
+            self._anchor(now)
+        self._evaluate(now)
+        return self._rate
+
+    def next_deadline(self) -> float | None:
+        """When the limit next steps up (None: at max_rate, nothing pending)."""
+        if self._quiet_from is None or math.isinf(self._next_tick):
+            return None
+        return self._next_tick
+
+    def set_rtt(self, rtt_s: float) -> None:
+        """The group's round-trip time (the largest measured), s. The probe waits for
+        ``probe_rtts`` of it without a NAK, and then grows at most once per RTT."""
+        self.rtt_s = max(0.0, rtt_s)
+
+    def measured_rate(self) -> float | None:
+        """Send rate over the last complete meter period, msgs/s (None before one)."""
+        return self._meter.rate
+
+    def validated_rate(self, *, now: float) -> float | None:
+        """The limit, but no higher than the highest rate really sent at over a meter
+        period (a limit never used is not known to be safe); None before one period."""
+        peak = self._meter.peak
+        return None if peak is None else min(self.rate(now=now), peak)
+
+    # -- events --------------------------------------------------------------
+    def on_sent(self, n: int, *, now: float) -> None:
+        """Count ``n`` messages sent at ``now`` (feeds the measured send rate)."""
+        self._meter.on_sent(n, now=now)
+
+    def unsend(self, n: int) -> None:
+        """Take back ``n`` messages counted by ``on_sent`` but never sent."""
+        self._meter.unsend(n)
+
+    def count_nak(self, level: int) -> int | None:
+        """Count a NAK of ``level`` as received (``naks_received``, by the level it counts
+        as); None (and counted as ignored): below every level."""
+        factor_level = next((lv for lv in self._levels_desc if level >= lv), None)
+        if factor_level is None:
+            self.ignored += 1
+        else:
+            self.naks_received[factor_level] = self.naks_received.get(factor_level, 0) + 1
+        return factor_level
+
+    def on_nak(self, level: int, *, now: float, fill: float | None = None,
+               rate: float = 0.0, source: str | None = None, path: bool = False) -> bool:
+        """Apply a NAK of ``level`` percent heard at ``now``. True if it cut the limit.
+
+        ``fill`` (the exact percent the NAK reports) lets a repeat tell a draining
+        queue from a growing one: after the hold, a NAK no stronger than the last
+        cut cuts again only if its fill is at least the fill that caused that cut.
+        ``rate`` (what the receiver reports it can take, msgs/s; 0: not said) bounds the
+        cut from below at ``rate_shares[level]`` of it, and the curve's plateau W from
+        above: the limit settles just under the receiver's capacity. ``source`` (the
+        receiver that sent it, if known): only the receiver of the last cut moves the
+        plateau with a NAK that holds the limit. ``path``: the NAK is about the path
+        (queueing delay, loss, silence), whose quiet afterwards means its queue drained,
+        so the limit may resume just under a reported rate at once.
+        """
+        now = max(now, self._last_now)
+        self._last_now = now
+        factor_level = self.count_nak(level)
+        if factor_level is None:
+            return False
+        current = self.rate(now=now)
+        cfg = self.config
+        in_window = now < self._window_start + cfg.window_s
+        if in_window:
+            if cut_to(cfg, factor_level, self._window_base, rate) >= current:
+                return self._hold(now, current, rate, source, path)  # no deeper than the cut
+            # a stronger NAK in the same window: deepen the cut, same base
+            self._cut(max(factor_level, self._window_level), self._window_base, now, rate,
+                      path, fill, source)
+            return True
+        if factor_level <= self._cut_level and (
+                now < self._hold_until
+                or (self._episode and fill is not None and self._cut_fill is not None
+                    and fill < self._cut_fill)):
+            return self._hold(now, current, rate, source, path)  # held, or draining
+        base = current
+        measured = self._meter.current(now)
+        if measured is not None and measured < base:
+            base = max(measured, cfg.min_rate_msgs)
+        if cut_to(cfg, factor_level, base, rate) >= base:
+            # the receiver takes more than is sent now (the floor of its reported rate):
+            # a queue that is still draining, not news; cutting "to the base" would only
+            # shave the meter's error off the limit each time (a slow spiral)
+            return self._hold(now, current, rate, source, path)
+        self._window_start = now
+        self._window_base = base
+        self._cut(factor_level, base, now, rate, path, fill, source)
+        return True
+
+    def restore(self, rate: float, *, now: float) -> None:
+        """Back to ``rate`` (the limit before cuts now known to have been for nothing: a
+        receiver whose consumer paused), if it is above the limit now; the episode ends."""
+        cfg = self.config
+        rate = min(max(rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
+        if rate > self.rate(now=now):
+            self._episode = False
+            self._hold_until = -math.inf
+            self._w = rate
+            self._set_origin(rate, now)
+
+    # -- internals -----------------------------------------------------------
+    def _cut(self, level: int, base: float, now: float, rate: float, path: bool,
+             fill: float | None, source: str | None) -> None:
+        cfg = self.config
+        self.cuts += 1
+        self._cut_fill, self._cut_source = fill, source
+        self._slow_start = False
+        self._window_level = level
+        self._cut_level = level
+        self._hold_until = now + (cfg.top_hold_s if level == self._levels_desc[0] else cfg.hold_s)
+        if not self._episode:
+            self._episode = True
+            self._episode_base = base
+            self._episode_level = level
+        self._episode_level = max(self._episode_level, level)
+        # W, where the curve flattens, is set by the episode: the rate where it began,
+        # lowered by how strong it got (a NAK(100) means the rate was far above what
+        # the receiver takes; a NAK(50) that it was barely above): halfway to the cut
+        # the strongest level asks for, like CUBIC's fast convergence (RFC 8312 4.6).
+        # Repeats within the episode do not drag W down with them.
+        deepest = cfg.cut_factors[self._episode_level]
+        w = self._episode_base * (1.0 + deepest) / 2.0
+        self._resume = rate > 0 and path
+        if rate > 0:  # the receiver said what it takes: the plateau is there (a rate
+            w = rate  # below it returns to it: at once after the path's drain, see
+            # _evaluate, along the curve after a queue's)
+        new_rate = cut_to(cfg, level, base, rate)
+        self._w = min(max(w, new_rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
+        self._set_origin(min(new_rate, self._w), now)
+
+    def _hold(self, now: float, current: float, rate: float, source: str | None,
+              path: bool) -> bool:
+        """A NAK that only keeps the limit where it is. A rate that the receiver of the
+        last cut reports is the plateau from now on: while its backlog drains, its later
+        reports (a path that delivers its full rate again after a stall, a consumer
+        measured longer) are better than the one at the cut. Another receiver's rate says
+        nothing of what this one takes (a fast one's would lift the plateau above it)."""
+        self.holds += 1
+        if rate > 0 and source == self._cut_source:
+            cfg = self.config
+            self._w = min(max(rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
+            self._resume = path
+        self._set_origin(current, now)  # no increase for now
+        return False
+
+    def ramp_step_s(self) -> float:
+        """How often slow start grows the limit, s: ``step_s``, or ``ramp_rtts`` round
+        trips once the RTT is known, if shorter (at least ``ramp_min_step_s``). A NAK
+        can come back within a round trip, so on a short path slow start need not wait
+        a whole step_s per growth."""
+        cfg = self.config
+        if cfg.ramp_rtts is None or self.rtt_s is None:
+            return cfg.step_s
+        return min(cfg.step_s, max(cfg.ramp_min_step_s, cfg.ramp_rtts * self.rtt_s))
+
+    def _anchor(self, now: float) -> None:
+        if self._slow_start:  # the ramp needs no quiet gap: first step one step from now
+            cfg = self.config
+            self._set_origin(self._rate, now - cfg.quiet_s + self.ramp_step_s())
+        else:
+            self._set_origin(self._rate, now)
+
+    def _set_origin(self, rate: float, now: float) -> None:
+        cfg = self.config
+        self._r0 = self._rate = rate
+        self._quiet_from = now
+        self._k = _cbrt((self._w - rate) / (cfg.cubic_c * self._w))
+        self._next_tick = now + cfg.quiet_s if rate < cfg.max_rate_msgs else math.inf
+
+    def _ramp(self, now: float) -> None:
+        """Slow start: ``ramp_factor`` per step due by ``now``, the step as long as
+        ``ramp_step_s`` says at each step (it shortens once the RTT is known)."""
+        cfg = self.config
+        rate, tick, step, n = self._rate, self._next_tick, self.ramp_step_s(), 0
+        while now >= tick - 1e-9 and rate < cfg.max_rate_msgs and n < 10_000:
+            rate *= cfg.ramp_factor
+            tick += step
+            n += 1
+        self._episode = False
+        self._rate = min(rate, cfg.max_rate_msgs)
+        self._next_tick = math.inf if self._rate >= cfg.max_rate_msgs else tick
+
+    def _evaluate(self, now: float) -> None:
+        cfg = self.config
+        assert self._quiet_from is not None
+        if self._slow_start:
+            self._ramp(now)
+            return
+        elapsed = now - self._quiet_from - cfg.quiet_s + 1e-9  # a tick is a tick
+        if elapsed < 0:
+            return
+        steps = math.floor(elapsed / cfg.step_s) + 1
+        self._episode = False  # quiet long enough: the next NAK begins a new episode
+        if self._resume and (resume := self._resume_share * self._w) > self._r0:
+            # the path's queue drained (no NAK for quiet_s) and it carries W: resume just
+            # under W at once, the curve's plateau near, rather than climb from the
+            # drain's rate (the lab's bottleneck receiver got 440-500 of its link's 950
+            # msgs/s for 2.5 s after each drain). Not after a queue's NAKs: quiet there
+            # only means the queue is below its first level, and a consumer back from a
+            # pause needs the curve's spare rate to catch up within the history
+            # (simulated gc-pauses, 10 receivers: 490 beyond history with the resume)
+            self._r0 = resume
+            self._k = _cbrt((self._w - resume) / (cfg.cubic_c * self._w))
+        rate = cubic(cfg, self._w, self._k, steps)
+        probe = probe_rate(cfg, self.rtt_s, steps, self._w, self._k, self._r0)
+        if probe is not None:
+            rate = max(rate, probe)
+        rate = min(max(rate, self._r0, cfg.min_rate_msgs), cfg.max_rate_msgs)
+        self._rate = rate
+        if rate >= cfg.max_rate_msgs:
+            self._next_tick = math.inf
+        else:
+            self._next_tick = self._quiet_from + cfg.quiet_s + steps * cfg.step_s
+
+    def snapshot(self) -> dict[str, Any]:
+        """Metrics and state, JSON-ready."""
+        return {
+            "rate_limit": self._rate,
+            "last_cut_base": self._w,
+            "measured_rate": self._meter.rate,
+            "naks_received": {str(k): v for k, v in sorted(self.naks_received.items())},
+            "cuts": self.cuts,
+            "holds": self.holds,
+            "naks_ignored": self.ignored,
+        }
+
+
+from .._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

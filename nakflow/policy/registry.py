@@ -1,0 +1,529 @@
+"""Flow-control policies, chosen by one string: ``nak``, ``ack`` or ``none``.
+
+A sender-side policy (``SenderFlow``) answers "how many of these n messages may go now,
+and if not all, how long until asking again"; a receiver-side policy (``ReceiverFlow``)
+turns what the receiver sees into the feedback frames it should send. Each mode
+registers its pair under its name (``SENDER_POLICIES``, ``RECEIVER_POLICIES``,
+``register``), as aioquic registers congestion controllers; the protocol cores build
+them with ``make_sender_flow`` / ``make_receiver_flow`` and talk to them only through
+the base classes. A documented module: simulators drive the policies directly.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection
+from dataclasses import replace
+from typing import Any, ClassVar, TypeGuard
+
+from ..config import AckConfig, NakConfig, check_mode
+from ..wire.codec import SIGNAL_CODES, SIGNALS, Credit, Frame, Hello, Nak
+from .attribution import CutLog
+from .bucket import TokenBucket
+from .credit import WAITING_FRESH_S, CreditGranter, CreditLedger, SenderKey
+from .fill import (
+    BACKOFF_LAMBDA,
+    MAX_BACKOFF_WINDOWS,
+    DelayMonitor,
+    FillMonitor,
+    LossMonitor,
+    Uniform,
+    backoff_delay,
+)
+from .rate import NakRateController, recovery_bound_s
+from .signals import NEWS, NOT_NEWS, PAUSE
+
+PAUSED = SIGNAL_CODES["paused"]
+#: NAK signals about the path rather than the receiver's queue.
+PATH_SIGNALS = frozenset({"delay", "loss", "silence"})
+
+#: Asked at ``now``: is a NAK news (NEWS), is the receiver catching up (NOT_NEWS), or has
+#: its consumer paused (PAUSE)?
+Judge = Callable[[float], int]
+
+#: The building blocks, for simulators that drive them directly.
+__all__ = ["BACKOFF_LAMBDA", "MAX_BACKOFF_WINDOWS", "RECEIVER_POLICIES", "SENDER_POLICIES",
+           "WAITING_FRESH_S", "AckFeedback", "AckFlow", "CreditGranter", "CreditLedger",
+           "DelayMonitor", "FillMonitor", "LossMonitor", "NakFeedback", "NakFlow",
+           "NakRateController", "NoFeedback", "NoFlow", "ReceiverFlow", "SenderFlow",
+           "SenderKey", "TokenBucket", "backoff_delay", "is_other_modes_feedback",
+           "make_receiver_flow", "make_sender_flow", "recovery_bound_s", "register"]
+
+
+class SenderFlow(ABC):
+    """Sender-side policy."""
+
+    mode: ClassVar[str]
+    #: The clock reading that snapshot times count from (the core sets its start).
+    t0: float = 0.0
+
+    @abstractmethod
+    def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        """Ask to send ``n`` messages at ``now``.
+
+        Returns (granted, wait): ``granted`` of them may go now and are counted
+        as sent; if ``granted < n``, ask again in ``wait`` seconds (``inf``: not
+        before feedback arrives or ``next_deadline()``).
+        """
+
+    @abstractmethod
+    def admit_up_to(self, n: int, *, now: float) -> int:
+        """Take permission for as many of ``n`` messages as may go at ``now`` (counted as
+        sent); for drivers that send what they may each tick (the simulator)."""
+
+    def refund(self, n: int) -> None:  # noqa: B027 (nothing to give back by default)
+        """``n`` messages admitted (by ``admit_up_to``) were not sent after all."""
+
+    def on_feedback(self, frame: Frame, *, now: float) -> None:  # noqa: B027 (optional hook)
+        """A feedback frame for this sender's stream arrived at ``now``."""
+
+    def next_deadline(self) -> float | None:
+        """When the policy's state next changes by itself (None: only on feedback)."""
+        return None
+
+    def limits(self, *, now: float) -> tuple[float | None, int | None]:
+        """(rate limit msgs/s, credit left msgs) at ``now``; None where not applicable."""
+        return None, None
+
+    def set_rtt(self, rtt_s: float) -> None:  # noqa: B027 (optional hook)
+        """The group's round-trip time, measured from receivers' HELLO answers, s."""
+
+    def on_receiver_bye(self, receiver: str) -> None:  # noqa: B027 (optional hook)
+        """``receiver`` left on purpose (BYE)."""
+
+    def on_timer(self, *, now: float) -> list[tuple[str, str]]:
+        """Time passed: receivers the policy gave up on at ``now``, with why
+        (``evicted``: silent; ``disconnected``: silent after a closed connection)."""
+        return []
+
+    def on_connection_lost(self, *, now: float) -> None:  # noqa: B027 (optional hook)
+        """The transport says a receiver's connection closed (which one it does not say)."""
+
+    def ready(self, answered: Collection[str]) -> int:
+        """How many of the receivers that ``answered`` HELLO may be sent to now (``ack``:
+        only those that also granted credit)."""
+        return len(answered)
+
+    def validated_rate(self, *, now: float) -> float | None:
+        """A rate this sender has shown the path takes, for the next sender on it (None:
+        nothing to hand on)."""
+        return None
+
+    @abstractmethod
+    def snapshot(self) -> dict[str, Any]:
+        """Metrics, JSON-ready."""
+
+
+class NoFlow(SenderFlow):
+    """``none``: no flow control (at most a fixed rate cap); receivers' queues overflow
+    and their drops are counted."""
+
+    mode = "none"
+
+    def __init__(self, max_rate_msgs: float | None = None, burst_s: float = 0.005) -> None:
+        self.bucket = None if max_rate_msgs is None else TokenBucket(max_rate_msgs,
+                                                                     burst_s=burst_s)
+
+    def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        if self.bucket is not None:
+            wait = self.bucket.request(n, now=now)
+            if wait:
+                return 0, wait
+        return n, 0.0
+
+    def admit_up_to(self, n: int, *, now: float) -> int:
+        return n if self.bucket is None else self.bucket.take_up_to(n, now=now)
+
+    def refund(self, n: int) -> None:
+        if self.bucket is not None:
+            self.bucket.refund(n)
+
+    def limits(self, *, now: float) -> tuple[float | None, int | None]:
+        return (None if self.bucket is None else self.bucket.rate), None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode, "rate_limit": None if self.bucket is None else self.bucket.rate}
+
+
+class NakFlow(SenderFlow):
+    """``nak``: the adaptive rate limit, paced by a token bucket."""
+
+    mode = "nak"
+
+    def __init__(self, stream: str, config: NakConfig | None = None) -> None:
+        self.stream = stream
+        self.controller = NakRateController(config)
+        cfg = self.controller.config
+        self.bucket = TokenBucket(cfg.start_rate_msgs, burst_s=cfg.burst_s)
+        self.attribution = CutLog()
+
+    def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        rate = self.controller.rate(now=now)
+        bucket = self.bucket
+        if rate != bucket.rate:
+            bucket.set_rate(rate, now=now)
+        wait = bucket.request(n, now=now)
+        if wait:
+            return 0, wait
+        self.controller.on_sent(n, now=now)
+        return n, 0.0
+
+    def admit_up_to(self, n: int, *, now: float) -> int:
+        rate = self.controller.rate(now=now)
+        bucket = self.bucket
+        if rate != bucket.rate:
+            bucket.set_rate(rate, now=now)
+        k = bucket.take_up_to(n, now=now)
+        self.controller.on_sent(k, now=now)
+        return k
+
+    def refund(self, n: int) -> None:
+        self.bucket.refund(n)
+        self.controller.unsend(n)
+
+    def on_feedback(self, frame: Frame, *, now: float) -> None:
+        if type(frame) is Nak and frame.stream == self.stream:
+            ctl = self.controller
+            if frame.signal == PAUSED:  # its consumer takes nothing: a cut cannot help it
+                ctl.count_nak(frame.level)
+                point = self.attribution.undo_point(frame.receiver, now)
+                if point is not None:
+                    ctl.restore(point, now=now)
+                return
+            cuts, holds, before = ctl.cuts, ctl.holds, ctl.rate(now=now)
+            signal = SIGNALS.get(frame.signal, "unknown")
+            ctl.on_nak(frame.level, now=now, fill=frame.fill, rate=frame.rate,
+                       source=frame.receiver, path=signal in PATH_SIGNALS)
+            if ctl.cuts > cuts:
+                self.attribution.cut(now, signal, frame.receiver, frame.level,
+                                     ctl.rate(now=now), before)
+            elif ctl.holds > holds:
+                self.attribution.hold(signal, frame.receiver)
+
+    def set_rtt(self, rtt_s: float) -> None:
+        self.controller.set_rtt(rtt_s)
+
+    def validated_rate(self, *, now: float) -> float | None:
+        return self.controller.validated_rate(now=now)
+
+    def next_deadline(self) -> float | None:
+        return self.controller.next_deadline()
+
+    def limits(self, *, now: float) -> tuple[float | None, int | None]:
+        return self.controller.rate(now=now), None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode, **self.controller.snapshot(),
+                **self.attribution.snapshot(t0=self.t0)}
+
+
+class AckFlow(SenderFlow):
+    """``ack``: send only what the slowest live receiver granted."""
+
+    mode = "ack"
+
+    def __init__(self, stream: str, sender: str, epoch: int,
+                 config: AckConfig | None = None, *, next_seq: int = 0,
+                 max_rate_msgs: float | None = None) -> None:
+        self.stream = stream
+        self.key: SenderKey = (sender, epoch)
+        self.ledger = CreditLedger(config, next_seq=next_seq)
+        self.cap = NoFlow(max_rate_msgs)
+        self.stalls = 0
+
+    def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        ledger = self.ledger
+        k = min(n, ledger.sendable(now=now))
+        if k and self.cap.bucket is not None:
+            capped, wait = self.cap.admit(k, now=now)
+            if not capped:
+                return 0, wait
+        if k:
+            ledger.on_sent(k, now=now)
+        if k < n:
+            self.stalls += 1
+            return k, math.inf
+        return k, 0.0
+
+    def admit_up_to(self, n: int, *, now: float) -> int:
+        ledger = self.ledger
+        k = min(n, ledger.sendable(now=now))
+        if k and self.cap.bucket is not None:
+            k = self.cap.bucket.take_up_to(k, now=now)
+        if k:
+            ledger.on_sent(k, now=now)
+        elif n:
+            self.stalls += 1
+        return k
+
+    def refund(self, n: int) -> None:
+        self.ledger.unsend(n)
+        self.cap.refund(n)
+
+    def on_feedback(self, frame: Frame, *, now: float) -> None:
+        if (type(frame) is Credit and frame.stream == self.stream
+                and (frame.sender, frame.epoch) == self.key):
+            self.ledger.on_credit(frame.receiver, frame.limit, now=now)
+        elif (type(frame) is Hello and frame.role == "receiver" and frame.mode == "ack"
+              and frame.stream == self.stream):
+            self.ledger.on_presence(frame.node, now=now)
+            self.ledger.on_alive(frame.node)
+
+    def on_receiver_bye(self, receiver: str) -> None:
+        self.ledger.on_bye(receiver)
+
+    def on_timer(self, *, now: float) -> list[tuple[str, str]]:
+        return self.ledger.expire(now=now)
+
+    def on_connection_lost(self, *, now: float) -> None:
+        within = self.ledger.config.disconnect_probe_s
+        if within is not None:
+            self.ledger.suspect(now=now, within=within)
+
+    def ready(self, answered: Collection[str]) -> int:
+        granted = self.ledger.has_granted
+        return sum(1 for r in answered if granted(r))
+
+    def next_deadline(self) -> float | None:
+        return self.ledger.next_deadline()
+
+    def limits(self, *, now: float) -> tuple[float | None, int | None]:
+        return self.cap.limits(now=now)[0], self.ledger.sendable(now=now)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode, "credit_stalls": self.stalls, **self.ledger.snapshot()}
+
+
+def is_other_modes_feedback(frame: Frame, mode: str) -> TypeGuard[Nak | Credit]:
+    """A NAK heard outside ``nak`` mode, or a CREDIT outside ``ack``: a misconfiguration."""
+    return (type(frame) is Nak and mode != "nak") or (type(frame) is Credit and mode != "ack")
+
+
+def _nak_sender(*, stream: str, sender: str, epoch: int, nak: NakConfig | None,
+                ack: AckConfig | None, next_seq: int, max_rate_msgs: float | None) -> SenderFlow:
+    cfg = nak or NakConfig()
+    if max_rate_msgs is not None:  # the cap is nak's ceiling
+        cfg = replace(cfg, max_rate_msgs=max_rate_msgs,
+                      min_rate_msgs=min(cfg.min_rate_msgs, max_rate_msgs))
+    return NakFlow(stream, cfg)
+
+
+def _ack_sender(*, stream: str, sender: str, epoch: int, nak: NakConfig | None,
+                ack: AckConfig | None, next_seq: int, max_rate_msgs: float | None) -> SenderFlow:
+    return AckFlow(stream, sender, epoch, ack, next_seq=next_seq, max_rate_msgs=max_rate_msgs)
+
+
+def _no_sender(*, stream: str, sender: str, epoch: int, nak: NakConfig | None,
+               ack: AckConfig | None, next_seq: int, max_rate_msgs: float | None) -> SenderFlow:
+    return NoFlow(max_rate_msgs)
+
+
+SenderFactory = Callable[..., SenderFlow]
+ReceiverFactory = Callable[..., "ReceiverFlow"]
+#: mode name -> how to build its sender-side / receiver-side policy.
+SENDER_POLICIES: dict[str, SenderFactory] = {"nak": _nak_sender, "ack": _ack_sender,
+                                             "none": _no_sender}
+RECEIVER_POLICIES: dict[str, ReceiverFactory] = {}
+
+
+def make_sender_flow(mode: str, *, stream: str, sender: str, epoch: int,
+                     nak: NakConfig | None = None, ack: AckConfig | None = None,
+                     next_seq: int = 0, max_rate_msgs: float | None = None) -> SenderFlow:
+    """Build the sender-side policy registered under ``mode``.
+
+    ``max_rate_msgs`` caps every mode: it is ``nak``'s ceiling, and a fixed rate for
+    ``none`` and ``ack``.
+    """
+    return SENDER_POLICIES[check_mode(mode)](stream=stream, sender=sender, epoch=epoch, nak=nak,
+                                             ack=ack, next_seq=next_seq,
+                                             max_rate_msgs=max_rate_msgs)
+
+
+class ReceiverFlow(ABC):
+    """Receiver-side policy: what a receiver says back, and when."""
+
+    mode: ClassVar[str]
+
+    def __init__(self, stream: str, receiver: str) -> None:
+        self.stream = stream
+        self.receiver = receiver
+
+    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float,  # noqa: B027
+                  waiting: bool = False) -> None:
+        """``sender`` was heard (DATA or HELLO), next seq ``next_seq``; ``waiting``: its
+        HELLO says it waits for credit."""
+
+    def on_enqueued(self, sender: SenderKey, n: int) -> None:  # noqa: B027
+        """``n`` messages of ``sender`` entered the queue."""
+
+    def on_released(self, sender: SenderKey, n: int) -> None:  # noqa: B027
+        """``n`` messages of ``sender`` left the queue (consumed or dropped)."""
+
+    def on_sender_gone(self, sender: SenderKey) -> None:  # noqa: B027
+        """``sender`` ended its stream."""
+
+    def on_overheard(self, frame: Frame, *, now: float) -> None:  # noqa: B027
+        """Another receiver's feedback frame was heard at ``now``."""
+
+    def set_rtt(self, rtt_s: float) -> None:  # noqa: B027
+        """The senders advertise a group RTT of ``rtt_s``."""
+
+    @abstractmethod
+    def poll(self, depth: int, *, now: float, signal: int = 0, rate: float = 0.0,
+             judge: Judge | None = None) -> list[Frame]:
+        """The queue counts as ``depth`` messages at ``now`` (``signal``: what set it, a
+        ``wire.SIGNALS`` code; ``rate``: what the receiver can take, msgs/s; ``judge``:
+        whether a NAK would be news now): feedback frames to send."""
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    @abstractmethod
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+class NoFeedback(ReceiverFlow):
+    """``none``: receivers say nothing."""
+
+    mode = "none"
+
+    def poll(self, depth: int, *, now: float, signal: int = 0, rate: float = 0.0,
+             judge: Judge | None = None) -> list[Frame]:
+        return []
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode}
+
+
+class NakFeedback(ReceiverFlow):
+    """``nak``: a FillMonitor with suppression by overheard NAKs."""
+
+    mode = "nak"
+
+    def __init__(self, stream: str, receiver: str, capacity_msgs: int,
+                 config: NakConfig | None = None, *, rng: Uniform | None = None) -> None:
+        super().__init__(stream, receiver)
+        self.monitor = FillMonitor(capacity_msgs, config, rng=rng)
+        self.by_signal: dict[str, int] = {}  # NAKs sent, by what filled the receiver
+        self._said_paused = False
+        self.not_news = self.paused = 0  # NAKs kept back: catching up; consumer paused
+
+    def on_overheard(self, frame: Frame, *, now: float) -> None:
+        if type(frame) is Nak and frame.stream == self.stream and frame.receiver != self.receiver:
+            self.monitor.on_heard(frame.level, now=now)
+
+    def set_rtt(self, rtt_s: float) -> None:
+        self.monitor.set_rtt(rtt_s)
+
+    def poll(self, depth: int, *, now: float, signal: int = 0, rate: float = 0.0,
+             judge: Judge | None = None) -> list[Frame]:
+        """A NAK when the fill reaches a level (FillMonitor), unless ``judge`` says the
+        receiver is draining its backlog faster than data arrives (not news), or that its
+        consumer paused: then one NAK says so (``paused``; the sender may undo the cuts
+        this receiver caused) and nothing more until it takes messages again."""
+        verdict = NEWS if judge is None else judge(now)
+        if verdict != PAUSE:
+            self._said_paused = False
+        level = self.monitor.update(depth, now=now)
+        if level is None:
+            return []
+        if verdict == NOT_NEWS:
+            self.not_news += 1
+            self.monitor.kept_back(level)
+            return []
+        if verdict == PAUSE:
+            self.paused += 1
+            if self._said_paused:
+                self.monitor.kept_back(level)
+                return []
+            self._said_paused, signal, rate = True, SIGNAL_CODES["paused"], 0.0
+        fill = round(self.monitor.fill_pct(depth), 2)
+        name = SIGNALS.get(signal, "unknown")
+        self.by_signal[name] = self.by_signal.get(name, 0) + 1
+        return [Nak(self.stream, self.receiver, level, fill, now, signal, round(rate, 1))]
+
+    def next_deadline(self) -> float | None:
+        return self.monitor.next_deadline()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode, **self.monitor.snapshot(),
+                "naks_by_signal": dict(sorted(self.by_signal.items())),
+                "naks_not_news": self.not_news, "naks_while_paused": self.paused}
+
+
+class AckFeedback(ReceiverFlow):
+    """``ack``: a CreditGranter."""
+
+    mode = "ack"
+
+    def __init__(self, stream: str, receiver: str, capacity_msgs: int,
+                 config: AckConfig | None = None) -> None:
+        super().__init__(stream, receiver)
+        self.granter = CreditGranter(capacity_msgs, config)
+
+    def on_sender(self, sender: SenderKey, next_seq: int, *, now: float,
+                  waiting: bool = False) -> None:
+        self.granter.on_sender(sender, next_seq, now=now, waiting=waiting)
+
+    def on_enqueued(self, sender: SenderKey, n: int) -> None:
+        self.granter.on_enqueued(sender, n)
+
+    def on_released(self, sender: SenderKey, n: int) -> None:
+        self.granter.on_released(sender, n)
+
+    def on_sender_gone(self, sender: SenderKey) -> None:
+        self.granter.on_sender_gone(sender)
+
+    def poll(self, depth: int, *, now: float, signal: int = 0, rate: float = 0.0,
+             judge: Judge | None = None) -> list[Frame]:
+        return [Credit(self.stream, self.receiver, sid, epoch, limit, now)
+                for (sid, epoch), limit in self.granter.poll(now=now)]
+
+    def next_deadline(self) -> float | None:
+        return self.granter.next_deadline()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"mode": self.mode, **self.granter.snapshot()}
+
+
+def _nak_receiver(*, stream: str, receiver: str, capacity_msgs: int,
+                  nak: NakConfig | None, ack: AckConfig | None,
+                  rng: Uniform | None) -> ReceiverFlow:
+    return NakFeedback(stream, receiver, capacity_msgs, nak, rng=rng)
+
+
+def _ack_receiver(*, stream: str, receiver: str, capacity_msgs: int,
+                  nak: NakConfig | None, ack: AckConfig | None,
+                  rng: Uniform | None) -> ReceiverFlow:
+    return AckFeedback(stream, receiver, capacity_msgs, ack)
+
+
+def _no_receiver(*, stream: str, receiver: str, capacity_msgs: int,
+                 nak: NakConfig | None, ack: AckConfig | None,
+                 rng: Uniform | None) -> ReceiverFlow:
+    return NoFeedback(stream, receiver)
+
+
+RECEIVER_POLICIES.update({"nak": _nak_receiver, "ack": _ack_receiver, "none": _no_receiver})
+
+
+def make_receiver_flow(mode: str, *, stream: str, receiver: str, capacity_msgs: int,
+                       nak: NakConfig | None = None, ack: AckConfig | None = None,
+                       rng: Uniform | None = None) -> ReceiverFlow:
+    """Build the receiver-side policy registered under ``mode`` (``rng``: the NAK
+    hold-off's draws)."""
+    return RECEIVER_POLICIES[check_mode(mode)](stream=stream, receiver=receiver,
+                                               capacity_msgs=capacity_msgs, nak=nak, ack=ack,
+                                               rng=rng)
+
+
+def register(mode: str, sender: SenderFactory, receiver: ReceiverFactory) -> None:
+    """Put a policy pair under ``mode`` (one of ``MODES``: the wire carries the name)."""
+    SENDER_POLICIES[check_mode(mode)] = sender
+    RECEIVER_POLICIES[mode] = receiver
+
+
+from .._speedups import use_compiled  # noqa: E402
+
+use_compiled(globals())

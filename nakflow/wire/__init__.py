@@ -1,0 +1,38 @@
+"""The wire protocol, documented: nakflow's frames and their codec (``nakflow.wire.codec``).
+
+For tools that speak to nakflow nodes or look at their traffic (the chaos run, fuzzers,
+a packet dissector): every frame is a msgpack array ``[VERSION, type, *fields]``;
+``decode`` returns one of the frame classes below or raises ``ProtocolError``.
+"""
+
+from ..errors import ProtocolError
+from .auth import FrameAuth
+from .codec import (
+    DEFAULT_MAX_FRAME_BYTES,
+    RECEIPT_REASONS,
+    SIGNALS,
+    TARGET_MAGIC,
+    VERSION,
+    Bye,
+    Credit,
+    Data,
+    End,
+    Frame,
+    Gone,
+    Hello,
+    Nak,
+    RData,
+    Receipt,
+    Repair,
+    decode,
+    decode_data,
+    encode,
+    encode_data,
+    target_prefix,
+    untarget,
+)
+
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "RECEIPT_REASONS", "SIGNALS", "TARGET_MAGIC", "VERSION",
+           "Bye", "Credit", "Data", "End", "Frame", "FrameAuth", "Gone", "Hello", "Nak",
+           "ProtocolError", "RData", "Receipt", "Repair", "decode", "decode_data", "encode",
+           "encode_data", "target_prefix", "untarget"]
