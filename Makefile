@@ -1,10 +1,11 @@
 # Two commands (see README):
 #   make demo   install everything, then run the main job
-#   make test   install everything, then run lint, type checks and the whole test suite
+#   make test   install everything, then run lint, type checks, the layers, the docs build
+#               and the whole test suite
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup speedups demo test lint stress clean
+.PHONY: setup speedups demo test lint docs docs-build stress clean
 
 setup: $(VENV)/.installed
 
@@ -28,7 +29,14 @@ lint: speedups
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+# the documentation site (mkdocs, docs/ and mkdocs.yml); strictly: a warning fails it
+docs-build: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+test: lint docs-build
 	$(BIN)/pytest
 
 # Repeat one test to look for flakes: make stress TEST=tests/test_live.py N=20 [BURN=1]

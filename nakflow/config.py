@@ -26,7 +26,7 @@ MODES = ("nak", "ack", "none")
 DEFAULT_LEVELS: tuple[int, ...] = (50, 75, 87, 100)
 
 #: Multiplicative cut per NAK level, relative to the rate when the window opened.
-#: Starting values from the foundation issue; see docs/changelog.md for how they were checked.
+#: Starting values from the foundation issue; see docs/design/history.md for how they were checked.
 DEFAULT_CUT_FACTORS: Mapping[int, float] = {50: 0.9, 75: 0.7, 87: 0.5, 100: 0.25}
 #: With the rate a NAK reports (what the receiver can take): the cut goes no lower than
 #: this share of it per level, so a sender settles just under the receiver's capacity
@@ -62,7 +62,7 @@ class NakConfig:
     #: is shorter than step_s (None, the default: always step_s). 10 on loopback or a LAN
     #: (RTT <= 1 ms) grows every 10 ms instead of every 50 ms: from 5,000 to 500,000
     #: msgs/s in 0.2 s instead of 1 s, but a small queue overflows before the first NAK
-    #: (docs/changelog.md, "Slow start on a short path").
+    #: (docs/design/history.md, "Slow start on a short path").
     ramp_rtts: float | None = None
     #: ... but never more often than this, s.
     ramp_min_step_s: float = 0.01
@@ -91,7 +91,7 @@ class NakConfig:
     #: plateau. Needs the RTT (measured from receivers' HELLO answers): a sender that has
     #: none does not probe. Off by default: even RTT-aware, it overshoots where a queue
     #: holds less than an RTT (simulated, 50 ms: 12x the drops). None: CUBIC alone
-    #: (docs/changelog.md); `nakflow eval`, on loopback, uses 0.2.
+    #: (docs/design/history.md); `nakflow eval`, on loopback, uses 0.2.
     probe_after_s: float | None = None
     #: ... and the probe waits this many RTTs without a NAK.
     probe_rtts: float = 4.0
@@ -111,7 +111,7 @@ class NakConfig:
     #: Receiver: with a group RTT advertised, the hold-off is at least this many RTTs
     #: (below 0.9 x window_s). Off by default: a longer hold-off halves the NAKs but
     #: delays the cut (simulated, 10 receivers, 100 ms: 62% more drops at 0.5 RTT;
-    #: benchmarks/rtt_feedback.py, docs/changelog.md). For very many receivers.
+    #: benchmarks/rtt_feedback.py, docs/design/history.md). For very many receivers.
     backoff_rtts: float = 0.0
     #: Receiver: decide on the fill expected this many RTTs ahead (fill + its growth
     #: rate x that time; 0: today's fill only). Simulated, 10 receivers, 50/100/200 ms:
@@ -307,7 +307,7 @@ class RepairConfig:
     #: as NAKs) and is not asked for if another receiver asked for it meanwhile, s. Longer
     #: than the round trips between receivers, or nobody hears anybody in time: at 10 ms
     #: RTT and 1 % loss shared by all, 0.01 gave 127 / 380 / 1,266 requests/s for 10 / 30
-    #: / 100 receivers, 0.05 gave 74 / 102 / 83 (docs/changelog.md).
+    #: / 100 receivers, 0.05 gave 74 / 102 / 83 (docs/design/history.md).
     backoff_s: float = 0.05
     #: Receiver: a gap still missing this long after it was asked for is asked again, s.
     retry_s: float = 0.1

@@ -58,7 +58,7 @@ fi
 log "installing nakflow and its extras (pyspark is large: the first run takes a while) ..."
 # setuptools warns on every editable install about same-named folders in the working
 # directory; our packages are those folders, so the banner only adds noise
-PYTHONWARNINGS="ignore:Editable installation:UserWarning" pip install -e ".[spark,connect,plot,metrics,dev,speedups]"
+PYTHONWARNINGS="ignore:Editable installation:UserWarning" pip install -e ".[spark,connect,plot,metrics,dev,speedups,docs]"
 # the hot modules' compiled twins (Cython; pure Python is the fallback, see nakflow/_speedups.py)
 "$VENV/bin/python" scripts/build_speedups.py || log "no compiled modules: nakflow runs as pure Python"
 "$VENV/bin/python" - <<'PY'

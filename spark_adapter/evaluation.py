@@ -133,7 +133,7 @@ def load_input(spark: Any, cfg: EvalConfig) -> Any:
 
 
 #: The local receivers are on loopback (RTT far below a NAK window): NAK senders probe for
-#: freed capacity after 0.2 s without a NAK (NakConfig.probe_after_s; docs/changelog.md).
+#: freed capacity after 0.2 s without a NAK (NakConfig.probe_after_s; docs/design/history.md).
 LOOPBACK_NAK = NakConfig(probe_after_s=0.2, probe_factor=1.25)
 
 

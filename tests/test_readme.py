@@ -1,9 +1,11 @@
-"""README's snippets run as written, and its parameter table matches the config classes.
+"""The snippets of README and docs/ run as written, the parameter table matches the
+config classes, and every public name has an API page.
 
 Every fenced block preceded by ``<!-- snippet: NAME -->`` is extracted and run here,
 unchanged (Python with the venv's interpreter, bash with the venv first on PATH, in a
-temporary directory), so README and code cannot drift. Every ```python block must be
-such a snippet.
+temporary directory), so the docs and the code cannot drift. Every ```python block in
+README.md and docs/ must be such a snippet (the design history quotes code; it is not
+run). A snippet shown on two pages is the same code on both.
 """
 
 from __future__ import annotations
@@ -22,8 +24,14 @@ from nakflow import AckConfig, NakConfig, RepairConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+#: README and the pages of the docs site a user reads and runs from (not the history)
+PAGES = {"README.md": README, **{
+    str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))
+    if "design" not in p.parts}}
 SNIPPET = re.compile(r"<!-- snippet: (\S+) -->\n```(\w+)\n(.*?)\n```", re.S)
-SNIPPETS = {name: code for name, _lang, code in SNIPPET.findall(README)}
+FOUND = [(name, page, code) for page, text in PAGES.items()
+         for name, _lang, code in SNIPPET.findall(text)]
+SNIPPETS = {name: code for name, _page, code in FOUND}
 
 
 def run(args: list[str], cwd: pathlib.Path, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -34,9 +42,13 @@ def run(args: list[str], cwd: pathlib.Path, timeout: float) -> subprocess.Comple
 
 
 def test_every_python_block_is_a_tested_snippet() -> None:
-    blocks = re.findall(r"(<!-- snippet: \S+ -->\n)?```python\n", README)
-    assert blocks and all(blocks), "a ```python block in README.md is not a snippet"
-    assert {"api.py", "aio.py", "cli.sh", "getting-started/job.py"} <= set(SNIPPETS)
+    for page, text in PAGES.items():
+        blocks = re.findall(r"(<!-- snippet: \S+ -->\n)?```python\n", text)
+        assert all(blocks), f"a ```python block in {page} is not a snippet"
+    assert {"api.py", "events.py", "aio.py", "cli.sh", "getting-started/job.py",
+            "getting-started/receivers.sh", "getting-started/run.sh"} <= set(SNIPPETS)
+    for name, page, code in FOUND:  # shown twice: the same code
+        assert code == SNIPPETS[name], f"snippet {name} in {page} differs from its twin"
 
 
 def test_python_api_snippet_delivers_everything_in_well_under_a_second(tmp_path) -> None:
@@ -97,8 +109,9 @@ def _numbers(text: str) -> list[float]:
     return [float(x.replace(",", "")) * (1 << 20 if mib else 1) for x, mib in found]
 
 
-def test_readme_parameter_table_names_fields_that_exist_with_their_defaults() -> None:
-    rows = re.findall(r"^\| `((?:Nak|Ack|Repair)Config\.[^|]+)` \| ([^|]+) \|", README, re.M)
+def test_the_parameter_table_names_fields_that_exist_with_their_defaults() -> None:
+    table = PAGES["docs/concepts.md"]
+    rows = re.findall(r"^\| `((?:Nak|Ack|Repair)Config\.[^|]+)` \| ([^|]+) \|", table, re.M)
     assert len(rows) >= 15
     for names, default in rows:
         cls, _, rest = names.partition(".")
@@ -106,10 +119,65 @@ def test_readme_parameter_table_names_fields_that_exist_with_their_defaults() ->
         config = CONFIGS[cls]
         known = {f.name for f in dataclasses.fields(config)}
         for f in fields:
-            assert f in known, f"README names {cls}.{f}, which does not exist"
+            assert f in known, f"docs/concepts.md names {cls}.{f}, which does not exist"
         values = [getattr(config, f) for f in fields]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             shown = _numbers(default)
             for f, v in zip(fields, values, strict=False):
                 assert any(abs(x - v) <= 1e-9 * max(1.0, abs(v)) for x in shown), (
-                    f"README shows {default!r} for {cls}.{f}, the code has {v}")
+                    f"docs/concepts.md shows {default!r} for {cls}.{f}, the code has {v}")
+
+
+# -- the API reference ---------------------------------------------------------------
+def _resolve(path: str) -> object:
+    import importlib
+
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(path)
+
+
+def _documented() -> set[int]:
+    """The objects the API pages' ``::: path`` directives render (ids): each path, and
+    for a module every public name in it."""
+    import inspect
+
+    out: set[int] = set()
+    for page in (ROOT / "docs" / "reference").glob("*.md"):
+        for path in re.findall(r"^::: (\S+)$", page.read_text(), re.M):
+            obj = _resolve(path)
+            out.add(id(obj))
+            if inspect.ismodule(obj):
+                out.update(id(getattr(obj, n)) for n in getattr(obj, "__all__", dir(obj))
+                           if not n.startswith("_"))
+    return out
+
+
+def test_every_public_name_has_an_api_page() -> None:
+    """nakflow's ``__all__``, spark_adapter's, and the public modules' names: each is
+    rendered by a ``:::`` directive of docs/reference/."""
+    import importlib
+    import inspect
+
+    import nakflow
+    import spark_adapter
+
+    documented = _documented()
+    names = [(nakflow, n) for n in nakflow.__all__ if n != "__version__"]
+    names += [(spark_adapter, n) for n in spark_adapter.__all__]
+    for mod in ("nakflow.events", "nakflow.errors", "nakflow.arrow", "nakflow.testing",
+                "nakflow.keyfile", "nakflow.report", "nakflow.policies", "nakflow.aio",
+                "nakflow.sender", "nakflow.receiver"):
+        module = importlib.import_module(mod)
+        names += [(module, n) for n in getattr(module, "__all__", dir(module))
+                  if not n.startswith("_") and not inspect.ismodule(getattr(module, n))
+                  and getattr(getattr(module, n), "__module__", "nakflow").startswith("nakflow")]
+    missing = [f"{m.__name__}.{n}" for m, n in names if id(getattr(m, n)) not in documented]
+    assert not missing, f"no API page renders {missing}"

@@ -45,7 +45,7 @@ class HoldUps:
     the process's, not the path's, however long after the wake-up the frame is read
     (before, only the frames read at the wake-up itself were discounted). Frames sent
     after the hold-up that wait behind its backlog get no discount: that queueing is
-    real (see docs/changelog.md, "a receiver back from a stop")."""
+    real (see docs/design/history.md, "a receiver back from a stop")."""
 
     def __init__(self) -> None:
         self._ups: list[tuple[float, float]] = []  # (ended at, lasted), oldest first
