@@ -86,6 +86,16 @@ def test_command_line_snippet(tmp_path) -> None:
     assert "nakflow send: sent 50,000 msgs" in out.stderr
 
 
+@pytest.mark.parametrize("name", ["curve.sh", "shared-key.sh"])
+def test_security_snippets_deliver_everything(tmp_path, name) -> None:
+    """docs/security.md's commands as written: keys made, a receiver and a sender that
+    use them, every message delivered."""
+    out = run(["bash", "-ec", SNIPPETS[name]], tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "nakflow receive: delivered 1,000 of 1,000 from 1 sender, 0 missing" in out.stderr, (
+        out.stderr[-2000:])
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_getting_started_spark_job_end_to_end(tmp_path) -> None:
