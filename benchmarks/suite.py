@@ -423,7 +423,7 @@ def w7_spark_fast(count: int) -> list[dict[str, Any]]:
         rows.append({"workload": "W7", "peer": f"nakflow {r['mode']}",
                      "rows_per_s": round(rates[r["mode"]]),
                      "x_none": round(rates[r["mode"]] / rates["none"], 2),
-                     "missing": max(doc["rows"] - x["delivered"] for x in r["receivers"])})
+                     "missing": max(doc["rows"] - x["rows"] for x in r["receivers"])})
     return rows
 
 
