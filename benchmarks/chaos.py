@@ -50,7 +50,7 @@ from typing import Any
 
 import zmq
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from nakflow import ProtocolError  # noqa: E402
@@ -522,8 +522,7 @@ def _epgm_results(proc: subprocess.Popen[str], timeout_s: float) -> tuple[list[A
 
 
 def _multicast_unavailable() -> str | None:
-    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-    from netns import multicast_unavailable  # tests/netns.py
+    from tests.netns import multicast_unavailable  # the project's root is on sys.path
 
     return multicast_unavailable()
 

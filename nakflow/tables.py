@@ -80,11 +80,13 @@ def format_table(rows: Sequence[Mapping[str, Any]], *, legend: bool = True,
 
 
 def parse_table(text: str) -> list[dict[str, str]]:
-    """The rows of a table printed by :func:`format_table` (the legend is skipped)."""
+    """The rows of the first table printed by :func:`format_table` in ``text`` (what
+    comes before its header and after its rows, such as the legend, is skipped)."""
     lines = text.strip().splitlines()
-    header = lines[0].split()
+    rule = next(i for i, line in enumerate(lines) if line and set(line) == {"-"} and i > 0)
+    header = lines[rule - 1].split()
     rows = []
-    for line in lines[2:]:
+    for line in lines[rule + 1:]:
         if not line.strip():
             break
         rows.append(dict(zip(header, line.split(), strict=True)))

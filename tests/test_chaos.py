@@ -5,15 +5,13 @@ ACK mode still never overruns; NAK mode drops a few messages at most, and repair
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from benchmarks.chaos import FeedbackProxy, free_port
 from nakflow.testing import LocalReceivers, ReceiverSpec, run_sender
 from nakflow.wire import Credit, Nak
+from tests.snippets import run_snippet
 
 pytestmark = pytest.mark.slow
 COUNT, SLOW, CAP = 40_000, 10_000.0, 4_000
@@ -49,13 +47,11 @@ def test_lost_feedback_does_not_overrun_a_slow_receiver(mode):
         assert slow["repaired"] == slow["dropped"] and slow["dropped_unrepaired"] == 0
 
 
-def test_seeded_chaos_run_has_no_accounting_violation(require_multicast):
+def test_seeded_chaos_run_has_no_accounting_violation(require_multicast, tmp_path):
     """benchmarks/chaos.py, short and seeded: receivers and senders stopped, killed and
     restarted, garbage on both paths, feedback dropped and delayed, over tcp and epgm, in
     nak and ack. Every receiver's report must account for every message exactly."""
-    chaos = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "chaos.py")
-    run = subprocess.run([sys.executable, chaos, "--seed", "3", "--duration-s", "10",
-                          "--json"], capture_output=True, text=True, timeout=900)
+    run = run_snippet("benchmarks/chaos.sh", tmp_path, timeout=900)  # docs/benchmarks.md's
     result = json.loads(run.stdout.strip().splitlines()[-1])
     schedule = "\n".join(run.stdout.strip().splitlines()[:-1])
     assert run.returncode == 0 and result["violations"] == 0, schedule[-6000:]

@@ -153,26 +153,3 @@ def test_a_stream_killed_mid_way_and_restarted_delivers_every_row_once(spark, tm
     assert len(ids) == 4_500 and sorted(ids) == list(range(4_500)), (killed_at, snap)
     # the kill came mid-way through the second batch: its replay was a re-send, dropped
     assert snap["duplicates"] > 0 and snap["lost"] == 0
-
-
-@on_local
-def test_the_eval_sends_through_the_data_source_by_default(spark):
-    """``nakflow eval``'s runner as it runs by default, through the data source: rows
-    counted at the receivers, the tasks' metrics from the driver's commit; nak and ack
-    deliver every row (what nak's queues dropped, it had repaired), none drops."""
-    from spark_adapter.evaluation import EvalConfig, run_eval
-
-    cfg = EvalConfig(rows=15_000, partitions=2, slow_rate=5_000, capacity=4_000)
-    result = run_eval(spark, cfg)
-    assert result["config"]["writer"] == "datasource"
-    table = {(r["mode"], r["receiver"]): r for r in result["table"]}
-    for mode in ("nak", "ack"):
-        for name in ("slow", "fast-1", "fast-2"):
-            row = table[mode, name]
-            assert (row["delivered"], row["missing"], row["lost"]) == (15_000, 0, 0), row
-            assert row["dropped"] == (row["repaired"] if mode == "nak" else 0), row
-            assert row["complete"] == "2/2"
-    assert table["none", "slow"]["missing"] > 0  # no flow control: the slow one drops
-    runs = {r["mode"]: r for r in result["runs"]}
-    assert sorted(s["partition"] for s in runs["ack"]["senders"]) == [0, 1]
-    assert all(s["rows"] == 7_500 and s["messages"] == 59 for s in runs["ack"]["senders"])

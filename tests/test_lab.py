@@ -11,18 +11,24 @@ import os
 import pytest
 
 from benchmarks.lab import Lab, lab_unavailable, run_mode
+from nakflow.tables import parse_table
+from tests.snippets import run_snippet
 
 pytestmark = [pytest.mark.slow, pytest.mark.multicast]
 HOSTS = ["tx", "rx1", "rx2", "rx3"]
 COUNT, SIZE = 8_000, 1_000  # 8 MB: 8 s at the bottleneck's 8 Mbit/s
 
 
-def open_lab(queue_ms: int):
+def require_lab() -> None:
     why = lab_unavailable()
     if why is not None:
         if os.environ.get("CI"):
             pytest.fail(f"the lab must run in CI: {why}")
         pytest.skip(why)
+
+
+def open_lab(queue_ms: int):
+    require_lab()
     return Lab(HOSTS, bottleneck={"rx3": "8mbit"}, queue_ms=queue_ms)
 
 
@@ -101,3 +107,13 @@ def test_without_flow_control_the_bottleneck_receiver_misses_data_and_says_so(la
     at_close = {c["receiver"]: c for c in run["sender"]["at_close"]}
     assert at_close["rx1"]["status"] == "complete" or fast["dropped"]
     assert at_close["rx3"]["status"] in ("gone", "unconfirmed")
+
+
+def test_the_docs_lab_command_runs_as_written(tmp_path):
+    """docs/benchmarks.md's lab command: its own namespaces, every receiver whole."""
+    require_lab()
+    run = run_snippet("benchmarks/lab.sh", tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = parse_table(run.stdout)
+    assert [(r["mode"], r["receiver"], r["delivered"], r["missing"]) for r in rows] == [
+        ("nak", rx, "4000", "0") for rx in ("rx1", "rx2", "rx3")]

@@ -11,34 +11,14 @@ run). A snippet shown on two pages is the same code on both.
 from __future__ import annotations
 
 import dataclasses
-import os
-import pathlib
 import re
-import subprocess
-import sys
+import shlex
 import time
 
 import pytest
 
 from nakflow import AckConfig, NakConfig, RepairConfig
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
-#: README and the pages of the docs site a user reads and runs from (not the history)
-PAGES = {"README.md": README, **{
-    str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))
-    if "design" not in p.parts}}
-SNIPPET = re.compile(r"<!-- snippet: (\S+) -->\n```(\w+)\n(.*?)\n```", re.S)
-FOUND = [(name, page, code) for page, text in PAGES.items()
-         for name, _lang, code in SNIPPET.findall(text)]
-SNIPPETS = {name: code for name, _page, code in FOUND}
-
-
-def run(args: list[str], cwd: pathlib.Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
-               PYTHONPATH=str(ROOT))
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+from tests.snippets import FOUND, PAGES, ROOT, SNIPPETS, run_snippet
 
 
 def test_every_python_block_is_a_tested_snippet() -> None:
@@ -51,10 +31,52 @@ def test_every_python_block_is_a_tested_snippet() -> None:
         assert code == SNIPPETS[name], f"snippet {name} in {page} differs from its twin"
 
 
+#: fenced blocks that are not snippets show what a command prints (no language, text,
+#: json); every other block is a snippet, and every snippet is run (or, for the two
+#: commands and the unit file, checked) by a test that names it
+OUTPUT = {"", "text", "json"}
+
+
+def test_every_command_block_is_a_snippet_a_test_runs() -> None:
+    block = re.compile(r"(<!-- snippet: \S+ -->\n)?```(\w*)\n", re.S)
+    for page, text in PAGES.items():
+        for m in block.finditer(text):
+            line = text[:m.start()].count("\n") + 1
+            assert m.group(1) or m.group(2) in OUTPUT, (
+                f"{page}:{line}: a ```{m.group(2)} block that no test runs (make it a snippet)")
+    tests = "".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
+    unrun = sorted(name for name in SNIPPETS if f'"{name}"' not in tests)
+    assert not unrun, f"snippets no test names: {unrun}"
+
+
+def test_the_two_commands_are_what_make_and_ci_run() -> None:
+    """README's two commands: `make demo` runs the main job (its output is
+    test_make_demo_output_is_only_nakflow_s's), `make test` is what .ci/run runs."""
+    commands = [line.split("#")[0].split() for line in SNIPPETS["two-commands.sh"].splitlines()]
+    assert commands == [["make", "demo"], ["make", "test"]]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\ndemo: " in makefile and "\ntest: " in makefile
+    assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1] == "make test"
+
+
+def test_the_systemd_units_command_line_is_one_nakflow_receive_takes() -> None:
+    """docs/service.md's unit: its ExecStart parses as `nakflow receive` options (a typo
+    would stop the service at its first start), with no --duration or --senders (it runs
+    until systemd's KillSignal), and the stop signal is one the service handles."""
+    from nakflow.cli import build_parser
+
+    unit = SNIPPETS["orders.service"].replace("\\\n", " ")
+    fields = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line)
+    argv = shlex.split(fields["ExecStart"])
+    assert argv[0].endswith("/bin/nakflow") and argv[1] == "receive"
+    args = build_parser().parse_args(argv[1:])
+    assert args.duration is None and args.senders is None and args.json
+    assert fields["KillSignal"] in ("SIGTERM", "SIGINT")
+
+
 def test_python_api_snippet_delivers_everything_in_well_under_a_second(tmp_path) -> None:
-    (tmp_path / "api.py").write_text(SNIPPETS["api.py"])
     t0 = time.monotonic()
-    out = run([sys.executable, "api.py"], tmp_path, timeout=60)
+    out = run_snippet("api.py", tmp_path, timeout=60)
     elapsed = time.monotonic() - t0
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "complete", "0"]  # every message sent arrived
@@ -62,22 +84,20 @@ def test_python_api_snippet_delivers_everything_in_well_under_a_second(tmp_path)
 
 
 def test_events_snippet(tmp_path) -> None:
-    (tmp_path / "events.py").write_text(SNIPPETS["events.py"])
-    out = run([sys.executable, "events.py"], tmp_path, timeout=60)
+    out = run_snippet("events.py", tmp_path, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == ["['ReceiverJoined', 'Confirmed', 'Closed']",
                                        "complete 1"]
 
 
 def test_asyncio_snippet_ends_by_itself(tmp_path) -> None:
-    (tmp_path / "aio.py").write_text(SNIPPETS["aio.py"])
-    out = run([sys.executable, "aio.py"], tmp_path, timeout=60)
+    out = run_snippet("aio.py", tmp_path, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == ["0 b'hello'", "1 b'maybe'"]
 
 
 def test_command_line_snippet(tmp_path) -> None:
-    out = run(["bash", "-ec", SNIPPETS["cli.sh"]], tmp_path, timeout=120)
+    out = run_snippet("cli.sh", tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     import json
 
@@ -90,7 +110,7 @@ def test_command_line_snippet(tmp_path) -> None:
 def test_security_snippets_deliver_everything(tmp_path, name) -> None:
     """docs/security.md's commands as written: keys made, a receiver and a sender that
     use them, every message delivered."""
-    out = run(["bash", "-ec", SNIPPETS[name]], tmp_path, timeout=120)
+    out = run_snippet(name, tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "nakflow receive: delivered 1,000 of 1,000 from 1 sender, 0 missing" in out.stderr, (
         out.stderr[-2000:])
@@ -101,8 +121,8 @@ def test_security_snippets_deliver_everything(tmp_path, name) -> None:
 def test_getting_started_spark_job_end_to_end(tmp_path) -> None:
     pytest.importorskip("pyspark")
     (tmp_path / "job.py").write_text(SNIPPETS["getting-started/job.py"])
-    script = SNIPPETS["getting-started/receivers.sh"] + "\n" + SNIPPETS["getting-started/run.sh"]
-    out = run(["bash", "-ec", script], tmp_path, timeout=240)
+    out = run_snippet("getting-started/run.sh", tmp_path, timeout=240,
+                      prefix=SNIPPETS["getting-started/receivers.sh"])
     assert out.returncode == 0, out.stderr[-3000:]
     verdicts = [line for line in out.stderr.splitlines() if "nakflow receive: delivered" in line]
     assert verdicts == ["nakflow receive: delivered 50 messages (50,000 rows) of 50 from 2 "

@@ -13,9 +13,11 @@ import pytest
 
 from nakflow import AckConfig, NakConfig, RepairConfig
 from nakflow.policy.registry import CreditGranter, FillMonitor
+from nakflow.tables import parse_table
 from simulations import SCENARIOS, SimParams, VecCreditGranter, VecFillMonitor, simulate
 from simulations.cores import CoreSimParams, simulate_cores
 from simulations.events import simulate_events
+from tests.snippets import run_snippet
 
 
 @pytest.mark.parametrize("rtt_s", [0.0, 0.03])
@@ -160,40 +162,44 @@ def test_nak_converges_to_the_slow_receivers_rate_with_zero_overflow():
     assert result["dropped"] == 0 and result["lost"] == 0
 
 
+def _table(stdout: str) -> list[dict[str, str]]:
+    """The simulate table's rows, without the wall time (the only column a run's speed
+    changes)."""
+    return [{k: v for k, v in row.items() if k != "wall_s"} for row in parse_table(stdout)]
+
+
 def test_simulate_cli_table_json_out_and_errors(tmp_path):
-    cmd = [sys.executable, "-m", "nakflow", "simulate"]
-    listed = subprocess.run([*cmd, "--list"], capture_output=True, text=True, check=True)
-    assert all(name in listed.stdout for name in SCENARIOS)
-    run = subprocess.run([*cmd, "latency-sweep", "--param", "sweep=0.001,0.05",
-                          "--param", "duration_s=1", "--param", "receivers=3", "--modes",
-                          "nak,ack", "--json", "--out", str(tmp_path)],
-                         capture_output=True, text=True, check=True)
-    doc = json.loads(run.stdout)
-    assert [(r["point"], r["mode"]) for r in doc["table"]] == [
+    """docs/simulations.md's commands as written: the list, a table, and the files."""
+    run = run_snippet("simulate.sh", tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert all(name in run.stdout for name in SCENARIOS)
+    assert [(r["point"], r["mode"]) for r in _table(run.stdout)] == [
         ("rtt_s=0.001", "nak"), ("rtt_s=0.001", "ack"), ("rtt_s=0.05", "nak"),
         ("rtt_s=0.05", "ack")]
+    results = tmp_path / "results"
     for name in ("latency-sweep.json", "latency-sweep.csv", "latency-sweep-traces.png",
                  "latency-sweep-sweep.png"):
-        assert (tmp_path / name).stat().st_size > 0
-    bad = subprocess.run([*cmd, "slow-receiver", "--param", "bogus=1"], capture_output=True,
-                         text=True)
+        assert (results / name).stat().st_size > 0
+    saved = json.loads((results / "latency-sweep.json").read_text())["results"]
+    assert [r["mode"] for r in saved] == ["nak", "ack"] * 2
+    assert all(r["engine"] == "cores" and r["unrepaired"] == 0 for r in saved)
+    bad = subprocess.run([sys.executable, "-m", "nakflow", "simulate", "slow-receiver",
+                          "--param", "bogus=1"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown parameter 'bogus'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_spark_sweep_gives_the_same_numbers_as_the_local_run():
-    """`--spark local[2]`: each point a Spark task in Python workers; same seed, same table."""
-    cmd = [sys.executable, "-m", "nakflow", "simulate", "latency-sweep", "--param",
-           "sweep=0.001,0.05", "--param", "duration_s=1", "--param", "receivers=3",
-           "--modes", "nak,ack", "--json"]
+def test_spark_sweep_gives_the_same_numbers_as_the_local_run(tmp_path):
+    """docs/simulations.md's `--spark local[2]`: each point a Spark task in Python workers;
+    the same table as the local run of the same command."""
+    pytest.importorskip("pyspark")
     tables = []
-    for extra in ([], ["--spark", "local[2]"]):
-        run = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=300)
+    for name in ("simulate.sh", "simulate-spark.sh"):
+        run = run_snippet(name, tmp_path, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
-        tables.append([{k: v for k, v in row.items() if k != "wall_s"}
-                       for row in json.loads(run.stdout)["table"]])
+        tables.append(_table(run.stdout))
     assert tables[0] == tables[1]
     assert len(tables[0]) == 4
 

@@ -347,6 +347,21 @@ def test_make_demo_output_is_only_nakflow_s(tmp_path):
         assert f"[eval] mode {mode}: 100,000 rows from " in run.stderr
     saved = json.loads((out / "eval.json").read_text())
     assert [r["mode"] for r in saved["runs"]] == ["nak", "ack", "none"]
+    # it ran through the data source (its default), with the library's NAK defaults: rows
+    # counted at the receivers, every row delivered in nak and ack (what nak's queues
+    # dropped, it had repaired), the tasks' metrics from the driver's commit
+    assert saved["config"]["writer"] == "datasource"
+    for row in saved["table"]:
+        if row["mode"] != "none":
+            assert (row["delivered"], row["missing"], row["lost"]) == (100_000, 0, 0), row
+            assert row["dropped"] == (row["repaired"] if row["mode"] == "nak" else 0), row
+    senders = next(r for r in saved["runs"] if r["mode"] == "ack")["senders"]
+    assert sum(s["rows"] for s in senders) == 100_000
+    assert sorted(s["partition"] for s in senders) == list(range(len(senders)))
+    batch = saved["config"]["batch_rows"]  # Arrow messages of at most batch_rows rows (a
+    # Spark Arrow batch's last one short)
+    assert all(-(-s["rows"] // batch) <= s["messages"] < s["rows"] / (batch / 2)
+               for s in senders), senders
     assert [{k: str(v) for k, v in r.items()} for r in saved["table"]] == rows  # same table
     for png in ("eval-timelines.png", "eval-summary.png"):
         assert (out / png).stat().st_size > 10_000

@@ -13,6 +13,7 @@ import venv
 import pytest
 
 from nakflow.tables import parse_table
+from tests.snippets import run_snippet
 from tests.test_spark_adapter import Collecting
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -98,13 +99,10 @@ def test_shipped_writer_delivers_every_row_once_across_a_task_retry(cluster, bar
                      id=sender) == m["rows"] == rows // 2
 
 
-def test_eval_on_its_own_standalone_cluster(bare_python):
-    """`nakflow eval --standalone 2` as a user runs it: its own Master and Workers,
-    executors on a bare Python, nakflow shipped with the job."""
-    cmd = [sys.executable, "-m", "nakflow", "eval", "--standalone", "2", "--executor-python",
-           bare_python, "--rows", "10000", "--partitions", "2", "--modes", "nak,ack",
-           "--slow-rate", "5000", "--capacity", "4000"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+def test_eval_on_its_own_standalone_cluster(tmp_path):
+    """`nakflow eval --standalone 2` as docs/spark.md shows it: its own Master and
+    Workers, executors on a bare Python it made, nakflow shipped with the job."""
+    run = run_snippet("standalone.sh", tmp_path, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "[eval] starting a standalone Master (spark://127.0.0.1:" in run.stderr
     table = {(r["mode"], r["receiver"]): r for r in parse_table(run.stdout)}
