@@ -50,7 +50,12 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from nakflow.tables import format_table  # noqa: E402
-from nakflow.testing import LocalReceivers, ReceiverSpec, nakflow_cmd  # noqa: E402
+from nakflow.testing import (  # noqa: E402
+    LocalReceivers,
+    ReceiverSpec,
+    feedback_phases,
+    nakflow_cmd,
+)
 
 FAULT_AT_S, STOP_S = 2.0, 3.0
 FAULTS = ("kill", "stop", "hang")
@@ -298,6 +303,7 @@ def _receiver_row(r: dict[str, Any], sender: dict[str, Any], at_close: dict[str,
     return {"receiver": r["receiver_id"], "role": role, "delivered": r["delivered"],
             "lacks": sender["sent"] - r["delivered"],
             **{k: r[k] for k in LOSS_KEYS}, "repaired": r["repaired"],
+            **feedback_phases(r),
             "at_close": _close_word(at_close.get(r["receiver_id"]))}
 
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nakflow.tables import format_table
+from nakflow.testing import feedback_phases
 
 SUBNET = "10.99.0"
 DATA_GROUP, FEEDBACK_GROUP = "239.193.7.1:5601", "239.193.7.2:5602"
@@ -280,7 +281,8 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
                 "delivered": snap["delivered"], "missing": count - snap["delivered"],
                 "dropped": "-", "repaired": "-", "lost": snap["lost"],
                 "dropped_unrepaired": "-", "beyond_history": "-",
-                "naks": "-", "credits": "-", "repair_reqs": "-", "at_close": "-"}  # NORM
+                "naks": "-", "credits": "-", "repair_reqs": "-", "fb_start": "-",
+                "fb_after": "-", "flow_start": "-", "flow_after": "-", "at_close": "-"}  # NORM
     # does not say
     tl = snap.get("timeline") or {}
     times = [snap["started_at"] + t for t in tl.get("t", [])]
@@ -296,6 +298,7 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
             "beyond_history": snap["beyond_history"],
             "naks": sum(snap["naks_sent"].values()), "credits": snap["credits_sent"],
             "repair_reqs": (snap["repair"] or {}).get("requests_sent", 0),
+            **feedback_phases(snap),
             "at_close": "-" if at_close is None else at_close["status"]}
 
 

@@ -19,7 +19,9 @@ Workloads:
   W8 healthy receivers: four that consume as fast as they can, 100 B and 1 KB, nak
      against ack (target: nak >= 1.0x ack, 0 cuts; what caused any cut is shown), over
      the whole run (slow start included) and mid-run (a quarter to three quarters in),
-     in a short run (300,000) and a long one (2,100,000)
+     in a short run (300,000) and a long one (2,100,000); each receiver's feedback
+     frames in its first second and after (fb_start, fb_after; flow_*: NAKs or credits
+     alone), one figure per receiver
 
 --smoke runs everything with small counts (CI: it must not rot; no thresholds).
 """
@@ -47,6 +49,7 @@ from nakflow.tables import format_table  # noqa: E402
 from nakflow.testing import (  # noqa: E402
     LocalReceivers,
     ReceiverSpec,
+    feedback_phases,
     nakflow_cmd,
     run_sender,
 )
@@ -458,6 +461,9 @@ def w8_healthy(count: int) -> list[dict[str, Any]]:
                              "cut_by": ",".join(f"{k} {v}" for k, v in
                                                 sorted(s["cuts_by_signal"].items())) or "-",
                              "ack_stalled_s": round(s["credit_stalled_s"], 2),
+                             **{k: "/".join(str(feedback_phases(r)[k]) for r in rs)
+                                for k in ("fb_start", "fb_after", "flow_start",
+                                          "flow_after")},
                              "missing": sum(n - r["delivered"] for r in rs)})
     return rows
 

@@ -42,6 +42,13 @@ COLUMNS: dict[str, str] = {
     "fb_frames": "feedback frames the sender(s) received (NAKs, credits, repair requests, "
                  "HELLO answers), summed",
     "fb_per_s": "feedback frames per second arriving at one sender",
+    "fb_start": "feedback frames this receiver sent in its first second of data (its "
+                "start), every kind",
+    "fb_after": "feedback frames this receiver sent after its first second (HELLO, "
+                "NAK or credit, repair requests, RECEIPT, BYE)",
+    "flow_start": "of fb_start, the NAKs (nak) or credits (ack)",
+    "flow_after": "of fb_after, the NAKs (nak) or credits (ack): 0 for a healthy NAK "
+                  "receiver, which is silent after its start",
     "fb_per_s_at_sender": "feedback frames per second arriving at the sender",
     "cuts": "times a NAK cut a sender's rate limit, summed",
     "naks": "NAKs this receiver sent",

@@ -206,6 +206,32 @@ def run_mode(mode: str, specs: Sequence[ReceiverSpec], *, count: int, size: int 
     return {"mode": mode, "sender": sender, "receivers": receivers}
 
 
+#: How long a receiver's start is, for :func:`feedback_phases`: from its first message,
+#: s. Today's slow start needs about 1.2 s to full speed on loopback (issue 35).
+STARTUP_S = 1.0
+
+
+def feedback_phases(report: dict[str, Any], startup_s: float = STARTUP_S) -> dict[str, int]:
+    """The feedback frames a receiver sent during its start (its first ``startup_s``
+    seconds of data) and after, from its report (``Receiver.snapshot()`` or ``nakflow
+    receive --json``): ``fb_start`` / ``fb_after`` every frame (HELLO, NAK or CREDIT,
+    repair requests, RECEIPT, BYE), ``flow_start`` / ``flow_after`` the NAKs (nak) or
+    CREDITs (ack) alone. A healthy receiver of a NAK stream is silent after its start:
+    ``flow_after`` 0. The split is at the timeline's sample at or before the boundary
+    (one every ``timeline_interval_s``); before the first message counts as start."""
+    tl = report["timeline"]
+    t, received = tl["t"], tl["received"]
+    first = next((x for x, n in zip(t, received, strict=True) if n), None)
+    at = 0
+    if first is not None:
+        at = max((i for i, x in enumerate(t) if x <= first + startup_s), default=0)
+    fb, flow = report["feedback_frames"], report["flow_frames"]
+    fb_start = tl["feedback"][at] if t and first is not None else fb
+    flow_start = tl["flow_frames"][at] if t and first is not None else flow
+    return {"fb_start": fb_start, "fb_after": fb - fb_start,
+            "flow_start": flow_start, "flow_after": flow - flow_start}
+
+
 def summarize(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Table rows (one per receiver) from a run_mode result."""
     s = run["sender"]

@@ -16,7 +16,7 @@ import pytest
 from nakflow import AckConfig
 from nakflow.live.receiver import Receiver
 from nakflow.live.sender import Sender
-from nakflow.testing import LocalReceivers, ReceiverSpec, run_mode, run_sender
+from nakflow.testing import LocalReceivers, ReceiverSpec, feedback_phases, run_mode, run_sender
 from tests.flood import send_under_flood
 
 pytestmark = pytest.mark.slow
@@ -48,6 +48,23 @@ def test_nak_slow_receiver_zero_loss_zero_drops_goodput_near_its_rate(slow_recei
     assert run["sender"]["rate_msgs"] >= 0.75 * SLOW_RATE  # generous: 2 noisy cores
     assert slow["queue_peak"] < 2_000
     assert run["sender"]["cuts"] > 0 and sum(slow["naks_sent"].values()) > 0
+
+
+def test_feedback_is_split_into_the_start_and_after_and_adds_up(slow_receiver_runs):
+    """Each receiver's feedback frames, split at its first second of data: every frame
+    counted once; the flow frames are its NAKs (nak) or CREDITs (ack); the slow receiver
+    of the 4 s nak run kept NAKing after its start (its rate is the limit), and none
+    sends no flow frames."""
+    for mode, run in slow_receiver_runs.items():
+        for r in run["receivers"]:
+            phases = feedback_phases(r)
+            assert phases["fb_start"] + phases["fb_after"] == r["feedback_frames"]
+            flow = {"nak": sum(r["naks_sent"].values()), "ack": r["credits_sent"],
+                    "none": 0}[mode]
+            assert phases["flow_start"] + phases["flow_after"] == r["flow_frames"] == flow
+            assert 0 <= phases["flow_start"] <= phases["fb_start"]
+    slow = feedback_phases(by_id(slow_receiver_runs["nak"])["slow"])
+    assert slow["flow_after"] > 0
 
 
 def test_ack_slow_receiver_no_loss(slow_receiver_runs):

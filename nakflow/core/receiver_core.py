@@ -120,7 +120,8 @@ class ReceiverCore(Endpoint):
         self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
         self.signals = FillSignals(cfg.nak, capacity_msgs=cap, on=cfg.mode == "nak")
         self.episodes = BackpressureEpisodes(cap)
-        self.timeline = Timeline(("depth", "seen_depth", "received", "delivered", "dropped"),
+        self.timeline = Timeline(("depth", "seen_depth", "received", "delivered", "dropped",
+                                  "feedback", "flow_frames"),
                                  interval_s=cfg.timeline_interval_s)
         self.read_chunk = max(1, min(256, cap // 20))  # frames (and messages) per look
         self.ends: dict[Key, int] = {}
@@ -142,6 +143,7 @@ class ReceiverCore(Endpoint):
         self._finished_changed = False
         self.frames_in = self.messages_in = self.dropped = self.delivered = 0
         self.feedback_sent = self.feedback_bytes = self.test_dropped = 0
+        self.flow_frames = 0  # of those, the flow policy's: NAKs (nak) or CREDITs (ack)
         self.io_behind_polls = 0
         self.first_data_at: float | None = None
 
@@ -403,6 +405,7 @@ class ReceiverCore(Endpoint):
         sig = self.signals
         for frame in self.flow.poll(seen, now=now, signal=sig.signal, rate=sig.rate(now),
                                     judge=sig.judge):
+            self.flow_frames += 1
             self._send(frame, now)
         if self.requester is not None:
             for frame in self.requester.poll(seen / self.capacity_msgs, now=now):
@@ -411,7 +414,7 @@ class ReceiverCore(Endpoint):
             self._receipts(now)
         if self.timeline.due(now):
             self.timeline.sample(now, depth, seen, self.messages_in, self.delivered,
-                                 self.dropped)
+                                 self.dropped, self.feedback_sent, self.flow_frames)
 
     def _receipts(self, now: float) -> None:
         """A RECEIPT for each ended stream that is settled here: nothing of it still asked
@@ -495,6 +498,7 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "test_dropped": core.test_dropped,
         "auth": None if core.mac is None else core.mac.snapshot(),
         "feedback_frames": core.feedback_sent, "feedback_bytes": core.feedback_bytes,
+        "flow_frames": core.flow_frames,
         "receipts_sent": core.receipts_sent,
         "senders": core.tracker.per_sender(),
         "io_behind_polls": core.io_behind_polls,
