@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nakflow.tables import format_table
-from nakflow.testing import feedback_phases
+from nakflow.testing import feedback_phases, first_signal
 
 SUBNET = "10.99.0"
 DATA_GROUP, FEEDBACK_GROUP = "239.193.7.1:5601", "239.193.7.2:5602"
@@ -44,6 +44,10 @@ LAB_NOTES = {"receiver": "rx1, rx2 on full-speed links; the last one behind the 
              "mid_run": "msgs/s between a quarter and three quarters of the messages "
                         "delivered (steady state)",
              "goodput": "msgs/s over the whole run at this receiver",
+             "signal_s": "s from the sender's first DATA frame to its first cut (nak; the "
+                         "same on each row of a run; None: it never cut)",
+             "sent_before": "messages the sender sent before that first cut: the start's "
+                            "overshoot at most (the link carries ~950 a second)",
              "at_close": "what the sender's close learnt of this receiver (its receipt: "
                          "complete or incomplete; gone; unconfirmed)"}
 #: Modes with flow control: a receiver of theirs that lacks a message makes the run fail
@@ -282,7 +286,8 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
                 "dropped": "-", "repaired": "-", "lost": snap["lost"],
                 "dropped_unrepaired": "-", "beyond_history": "-",
                 "naks": "-", "credits": "-", "repair_reqs": "-", "fb_start": "-",
-                "fb_after": "-", "flow_start": "-", "flow_after": "-", "at_close": "-"}  # NORM
+                "fb_after": "-", "flow_start": "-", "flow_after": "-", "signal_s": "-",
+                "sent_before": "-", "at_close": "-"}  # NORM
     # does not say
     tl = snap.get("timeline") or {}
     times = [snap["started_at"] + t for t in tl.get("t", [])]
@@ -298,7 +303,7 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
             "beyond_history": snap["beyond_history"],
             "naks": sum(snap["naks_sent"].values()), "credits": snap["credits_sent"],
             "repair_reqs": (snap["repair"] or {}).get("requests_sent", 0),
-            **feedback_phases(snap),
+            **feedback_phases(snap), **first_signal(res["sender"]),
             "at_close": "-" if at_close is None else at_close["status"]}
 
 

@@ -232,6 +232,29 @@ def feedback_phases(report: dict[str, Any], startup_s: float = STARTUP_S) -> dic
             "flow_start": flow_start, "flow_after": flow - flow_start}
 
 
+def first_signal(sender: dict[str, Any]) -> dict[str, float | int | None]:
+    """How long a NAK sender ran before its first cut, and what it sent by then, from its
+    report (``Sender.snapshot()`` or ``nakflow send --json``): ``signal_s`` from its
+    first DATA frame to the first cut, ``sent_before`` the messages sent by then
+    (interpolated between timeline samples). None where it never cut (or sent nothing):
+    a start's overshoot is what went out before the first signal came back."""
+    cuts = (sender.get("policy") or {}).get("cut_events") or []
+    tl = sender.get("timeline") or {}
+    t, sent = tl.get("t") or [], tl.get("sent") or []
+    first = sender.get("first_data_s")
+    if not cuts or first is None:
+        return {"signal_s": None, "sent_before": None}
+    at = cuts[0]["t"]
+    before = sent[-1] if sent else 0
+    for i in range(1, len(t)):
+        if t[i] >= at:  # between samples i-1 and i
+            span = t[i] - t[i - 1]
+            frac = (at - t[i - 1]) / span if span > 0 else 1.0
+            before = sent[i - 1] + frac * (sent[i] - sent[i - 1])
+            break
+    return {"signal_s": round(at - first, 3), "sent_before": round(before)}
+
+
 def summarize(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Table rows (one per receiver) from a run_mode result."""
     s = run["sender"]

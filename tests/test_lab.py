@@ -117,3 +117,8 @@ def test_the_docs_lab_command_runs_as_written(tmp_path):
     rows = parse_table(run.stdout)
     assert [(r["mode"], r["receiver"], r["delivered"], r["missing"]) for r in rows] == [
         ("nak", rx, "4000", "0") for rx in ("rx1", "rx2", "rx3")]
+    # the start's overshoot, printed: the sender cut (rx3 is behind the slow link) after
+    # sending some of the messages, and the fast receivers sent no NAK at all
+    assert float(rows[2]["signal_s"]) > 0 and 0 < int(rows[2]["sent_before"]) < 4000
+    assert int(rows[2]["flow_start"]) + int(rows[2]["flow_after"]) == int(rows[2]["naks"]) > 0
+    assert [r["flow_after"] for r in rows[:2]] == ["0", "0"]

@@ -102,6 +102,7 @@ class SenderCore(Endpoint):
         self._init_endpoint()
         self.life = Lifecycle()
         self._t0 = now
+        self.first_data_t: float | None = None  # when the first DATA frame went out
         self._wanted = 0  # receivers the driver waits for (HELLO meanwhile)
         #: the first receiver that answered this sender's HELLO in another mode, and when
         self.answer_mismatch: str | None = None
@@ -469,6 +470,8 @@ class SenderCore(Endpoint):
             self.life.step("data")  # raises: the table has no such step
 
     def _data_frame(self, payloads: Sequence[bytes], first: float, now: float) -> None:
+        if self.first_data_t is None:
+            self.first_data_t = now
         self.outbox.append(self.framer.data(payloads, first, now))
         self.tail.last_data_t = now
         if self.timeline.due(now):
@@ -518,6 +521,8 @@ def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
         "mode": core.mode, "state": core.life.state, "sent": sent, "frames": fr.frames,
         "bytes": fr.bytes, "elapsed_s": round(elapsed, 6),
         "rate_msgs": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
+        "first_data_s": (None if core.first_data_t is None
+                         else round(core.first_data_t - core._t0, 6)),
         "blocked_s": round(adm.blocked_s, 6), "credit_stalled_s": round(adm.credit_stalled_s, 6),
         "try_refused": adm.refused, "start_rate_msgs": core.start_rate_msgs,
         "rate_limit": flow.get("rate_limit"), "naks_received": flow.get("naks_received", {}),
