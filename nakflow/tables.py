@@ -90,7 +90,10 @@ def parse_table(text: str) -> list[dict[str, str]]:
     """The rows of the first table printed by :func:`format_table` in ``text`` (what
     comes before its header and after its rows, such as the legend, is skipped)."""
     lines = text.strip().splitlines()
-    rule = next(i for i, line in enumerate(lines) if line and set(line) == {"-"} and i > 0)
+    rule = next((i for i, line in enumerate(lines) if line and set(line) == {"-"} and i > 0),
+                None)
+    if rule is None:
+        raise ValueError("no table in the text (no header line above a line of dashes)")
     header = lines[rule - 1].split()
     rows = []
     for line in lines[rule + 1:]:
