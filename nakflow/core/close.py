@@ -19,13 +19,27 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..wire.codec import RECEIPT_REASONS, Bye, Credit, Frame, Hello, Nak, Receipt, Repair
+from ..wire.codec import (
+    RECEIPT_REASONS,
+    Bye,
+    Credit,
+    Frame,
+    Hello,
+    Nak,
+    Progress,
+    Receipt,
+    Repair,
+)
 from .roster import ReceiverRoster
 
 #: After ZeroMQ reports a closed receiver connection, receivers not heard within this
 #: long are gone (``disconnected``), s: three of a receiver's HELLO intervals (0.5 s), so
 #: a live receiver is always heard; a killed one costs a close this, not receiver_gone_s.
 DISCONNECT_PROBE_S = 1.5
+#: ... heard within this long after the report is no sign of life, s: frames a receiver
+#: sent before it died are still read after its connection closed (PROGRESS in a start
+#: comes every millisecond).
+LOST_GRACE_S = 0.05
 
 #: The report lists at most this many receivers (those not complete first); the counts
 #: cover all of them (a flood of made-up receiver ids must not grow every report).
@@ -55,7 +69,7 @@ def receiver_of(frame: Frame) -> str | None:
     kind = type(frame)
     if kind is Hello or kind is Bye:
         return frame.node if frame.role == "receiver" else None  # type: ignore[union-attr]
-    if kind is Nak or kind is Credit or kind is Repair or kind is Receipt:
+    if kind is Nak or kind is Credit or kind is Repair or kind is Receipt or kind is Progress:
         return frame.receiver  # type: ignore[union-attr]
     return None
 
@@ -141,7 +155,7 @@ class CloseTally:
             if now - heard >= self.gone_after_s:
                 self._settle(r, Outcome(GONE, f"silent for {self.gone_after_s:g} s"))
                 continue
-            if heard < self._lost_at:
+            if heard < self._lost_at + LOST_GRACE_S:
                 silent.append(r)
             out.append(r)
         if (silent and now >= self._lost_at + DISCONNECT_PROBE_S
@@ -157,7 +171,7 @@ class CloseTally:
         for r in waiting:
             h = heard.get(r, -math.inf)
             t = min(t, h + self.gone_after_s)
-            if h < self._lost_at:
+            if h < self._lost_at + LOST_GRACE_S:
                 t = min(t, self._lost_at + DISCONNECT_PROBE_S)
         return t
 
