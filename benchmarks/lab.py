@@ -44,10 +44,12 @@ LAB_NOTES = {"receiver": "rx1, rx2 on full-speed links; the last one behind the 
              "mid_run": "msgs/s between a quarter and three quarters of the messages "
                         "delivered (steady state)",
              "goodput": "msgs/s over the whole run at this receiver",
-             "signal_s": "s from the sender's first DATA frame to its first cut (nak; the "
-                         "same on each row of a run; None: it never cut)",
-             "sent_before": "messages the sender sent before that first cut: the start's "
-                            "overshoot at most (the link carries ~950 a second)",
+             "signal_s": "s from the sender's first DATA frame to its first signal: its "
+                         "start's end on a delay rise, a full pipe, a NAK or a stall, or "
+                         "else its first cut (nak; the same on each row of a run; None: "
+                         "neither came)",
+             "sent_before": "messages the sender sent before that first signal: the "
+                            "start's overshoot at most (the link carries ~950 a second)",
              "at_close": "what the sender's close learnt of this receiver (its receipt: "
                          "complete or incomplete; gone; unconfirmed)"}
 #: Modes with flow control: a receiver of theirs that lacks a message makes the run fail
@@ -285,7 +287,8 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
                 "delivered": snap["delivered"], "missing": count - snap["delivered"],
                 "dropped": "-", "repaired": "-", "lost": snap["lost"],
                 "dropped_unrepaired": "-", "beyond_history": "-",
-                "naks": "-", "credits": "-", "repair_reqs": "-", "fb_start": "-",
+                "naks": "-", "progress": "-", "credits": "-", "repair_reqs": "-",
+                "fb_start": "-",
                 "fb_after": "-", "flow_start": "-", "flow_after": "-", "signal_s": "-",
                 "sent_before": "-", "at_close": "-"}  # NORM
     # does not say
@@ -301,7 +304,8 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
             "dropped": snap["dropped"], "repaired": snap["repaired"], "lost": snap["lost"],
             "dropped_unrepaired": snap["dropped_unrepaired"],
             "beyond_history": snap["beyond_history"],
-            "naks": sum(snap["naks_sent"].values()), "credits": snap["credits_sent"],
+            "naks": sum(snap["naks_sent"].values()), "progress": snap["progress_sent"],
+            "credits": snap["credits_sent"],
             "repair_reqs": (snap["repair"] or {}).get("requests_sent", 0),
             **feedback_phases(snap), **first_signal(res["sender"]),
             "at_close": "-" if at_close is None else at_close["status"]}

@@ -58,6 +58,14 @@ class NakConfig:
     #: TCP): 1.25 per 50 ms is x87 per second, and at most x1.6 past a receiver's rate
     #: before its NAK (100 ms later) takes effect.
     ramp_factor: float = 1.25
+    #: The start (``policy.startup``): the sender's first window, msgs. While it lasts,
+    #: DATA asks receivers for their PROGRESS and the sender keeps no more in flight than
+    #: its window, which grows by what the slowest receiver confirms (doubling a round
+    #: trip) until their delay rises, the rate stops growing, or a NAK comes; the limit
+    #: then starts at the rate reached. None: no start, the ramp below from
+    #: initial_rate_msgs (the start needs revision 5 receivers; older ones leave it after
+    #: its first window and a stall, ``startup.STALL_S``).
+    start_window_msgs: int | None = 16
     #: ... or every this many round trips once the sender has measured the RTT, if that
     #: is shorter than step_s (None, the default: always step_s). 10 on loopback or a LAN
     #: (RTT <= 1 ms) grows every 10 ms instead of every 50 ms: from 5,000 to 500,000
@@ -160,6 +168,8 @@ class NakConfig:
             raise ConfigError("ramp_rtts must be None or a finite number > 0")
         if not 0 < self.ramp_min_step_s <= self.step_s:
             raise ConfigError("ramp_min_step_s must be > 0 and <= step_s")
+        if self.start_window_msgs is not None and not 1 <= self.start_window_msgs <= 1 << 20:
+            raise ConfigError("start_window_msgs must be None or 1..1048576")
         if self.probe_after_s is not None and not self.probe_after_s >= self.quiet_s:
             raise ConfigError("probe_after_s must be None or >= quiet_s")
         for name in ("window_s", "step_s", "cubic_c", "burst_s", "quiet_s"):

@@ -45,10 +45,12 @@ COLUMNS: dict[str, str] = {
     "fb_start": "feedback frames this receiver sent in its first second of data (its "
                 "start), every kind",
     "fb_after": "feedback frames this receiver sent after its first second (HELLO, "
-                "NAK or credit, repair requests, RECEIPT, BYE)",
-    "flow_start": "of fb_start, the NAKs (nak) or credits (ack)",
-    "flow_after": "of fb_after, the NAKs (nak) or credits (ack): 0 for a healthy NAK "
-                  "receiver, which is silent after its start",
+                "NAK, PROGRESS or credit, repair requests, RECEIPT, BYE)",
+    "flow_start": "of fb_start, the NAKs and PROGRESS (nak) or credits (ack)",
+    "flow_after": "of fb_after, the NAKs and PROGRESS (nak) or credits (ack): 0 for a "
+                  "healthy NAK receiver, which is silent after its start",
+    "progress": "PROGRESS frames this receiver sent (nak: answers to a sender in its "
+                "start, at most one a millisecond)",
     "fb_per_s_at_sender": "feedback frames per second arriving at the sender",
     "cuts": "times a NAK cut a sender's rate limit, summed",
     "naks": "NAKs this receiver sent",

@@ -232,17 +232,30 @@ def feedback_phases(report: dict[str, Any], startup_s: float = STARTUP_S) -> dic
             "flow_start": flow_start, "flow_after": flow - flow_start}
 
 
+#: How a start ends on a signal of the path (``policy.startup``).
+START_SIGNALS = frozenset(("delay", "full", "nak", "stall"))
+
+
 def first_signal(sender: dict[str, Any]) -> dict[str, float | int | None]:
-    """How long a NAK sender ran before its first cut, and what it sent by then, from its
-    report (``Sender.snapshot()`` or ``nakflow send --json``): ``signal_s`` from its
-    first DATA frame to the first cut, ``sent_before`` the messages sent by then
-    (interpolated between timeline samples). None where it never cut (or sent nothing):
-    a start's overshoot is what went out before the first signal came back."""
-    cuts = (sender.get("policy") or {}).get("cut_events") or []
+    """How long a NAK sender ran before its first signal, and what it sent by then, from
+    its report (``Sender.snapshot()`` or ``nakflow send --json``): ``signal_s`` from its
+    first DATA frame to the end of its start on a signal of the path (a delay rise, a full
+    pipe, a NAK, a stall: ``policy.startup``) or else its first cut, ``sent_before`` the
+    messages sent by then (the start's own count, or interpolated between timeline
+    samples). None where neither came (or it sent nothing): a start's overshoot is what
+    went out before the first signal came back."""
+    policy = sender.get("policy") or {}
+    cuts = policy.get("cut_events") or []
+    start = policy.get("start") or {}
     tl = sender.get("timeline") or {}
     t, sent = tl.get("t") or [], tl.get("sent") or []
     first = sender.get("first_data_s")
-    if not cuts or first is None:
+    if first is None:
+        return {"signal_s": None, "sent_before": None}
+    if start.get("ended") in START_SIGNALS and start.get("sent") is not None and (
+            not cuts or start["ended_s"] <= cuts[0]["t"]):
+        return {"signal_s": round(start["ended_s"] - first, 3), "sent_before": start["sent"]}
+    if not cuts:
         return {"signal_s": None, "sent_before": None}
     at = cuts[0]["t"]
     before = sent[-1] if sent else 0

@@ -281,10 +281,10 @@ def _result(p: CoreSimParams, mode: str, tx: SenderCore, rxs: list[ReceiverCore]
                      "missed_before_join": tot["missed_before_join"],
                      "given_up": sum(sum(st.gaps.given_up) for st in rx.tracker.streams.values()
                                      if st.gaps is not None),
-                     "queued": len(link.queues[i])})
+                     "queued": len(link.queues[i]), "progress_sent": rx.progress.sent})
     snap = tx.snapshot(link.now)
     return {"mode": mode, "sent": snap["sent"], "frames": snap["frames"],
             "sim_s": round(link.now, 3), "steps": link.k,
             "send_rate_msgs": round(snap["sent"] / p.duration_s, 1), "rtt_ms": snap["rtt_ms"],
-            "cuts": snap["cuts"], "repair": snap["repair"],
+            "cuts": snap["cuts"], "repair": snap["repair"], "start": snap["policy"].get("start"),
             "feedback_frames": snap["feedback_frames"], "receivers": rows}

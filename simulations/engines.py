@@ -14,7 +14,8 @@ MODEL_LEAVES_OUT = (
     "the vectorised model runs the real sender policies (NAK rate controller, token "
     "bucket, credit ledger) with numpy copies of the receivers' fill and credit "
     "decisions; it leaves out repair (its drops stay missing: see 'unrepaired'), the "
-    "queueing-delay and loss signals, framing, HELLO/END, the measured RTT, and the "
+    "queueing-delay and loss signals, framing, HELLO/END, the measured RTT, NAK's start "
+    "(its PROGRESS window: the model ramps from initial_rate_msgs), and the "
     "transport's disconnect signal (its ACK evicts a dead receiver after "
     "receiver_timeout_s, the cores and live senders at once over tcp/ipc)")
 

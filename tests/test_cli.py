@@ -169,13 +169,15 @@ def test_a_blocked_sender_stops_on_a_signal_with_its_report(signum: int) -> None
 
 def test_a_late_receiver_gets_what_the_history_still_holds() -> None:
     """A receiver started after the sender began is offered the stream's start from the
-    sender's history (late join): it ends with everything."""
+    sender's history (late join): it ends with everything. The sending lasts 4 s at its
+    cap (the start reaches it within a few round trips); the late one starts 1 s in and
+    needs about as long again to come up."""
     data, fb = endpoints()
     first = receiver(data, fb, "--senders", "1")
     late_data, late_fb = endpoints()
     tx = subprocess.Popen(nakflow_cmd("send", "--data", f"{data},{late_data}", "--feedback",
                                       f"{fb},{late_fb}", "--count", "20000", "--max-rate",
-                                      "10000"), stdout=subprocess.PIPE,
+                                      "5000"), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)
     late = receiver(late_data, late_fb, "--senders", "1")

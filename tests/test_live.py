@@ -16,6 +16,7 @@ import pytest
 from nakflow import AckConfig
 from nakflow.live.receiver import Receiver
 from nakflow.live.sender import Sender
+from nakflow.policy.startup import REPORT_S
 from nakflow.testing import LocalReceivers, ReceiverSpec, feedback_phases, run_mode, run_sender
 from tests.flood import send_under_flood
 
@@ -52,19 +53,23 @@ def test_nak_slow_receiver_zero_loss_zero_drops_goodput_near_its_rate(slow_recei
 
 def test_feedback_is_split_into_the_start_and_after_and_adds_up(slow_receiver_runs):
     """Each receiver's feedback frames, split at its first second of data: every frame
-    counted once; the flow frames are its NAKs (nak) or CREDITs (ack); the slow receiver
-    of the 4 s nak run kept NAKing after its start (its rate is the limit), and none
-    sends no flow frames."""
+    counted once; the flow frames are its NAKs and PROGRESS (nak) or CREDITs (ack); the
+    slow receiver of the 4 s nak run kept NAKing after its start (its rate is the
+    limit), every receiver's PROGRESS came within the sender's start, and none sends no
+    flow frames."""
     for mode, run in slow_receiver_runs.items():
         for r in run["receivers"]:
             phases = feedback_phases(r)
             assert phases["fb_start"] + phases["fb_after"] == r["feedback_frames"]
-            flow = {"nak": sum(r["naks_sent"].values()), "ack": r["credits_sent"],
-                    "none": 0}[mode]
+            flow = {"nak": sum(r["naks_sent"].values()) + r["progress_sent"],
+                    "ack": r["credits_sent"], "none": 0}[mode]
             assert phases["flow_start"] + phases["flow_after"] == r["flow_frames"] == flow
             assert 0 <= phases["flow_start"] <= phases["fb_start"]
-    slow = feedback_phases(by_id(slow_receiver_runs["nak"])["slow"])
-    assert slow["flow_after"] > 0
+    nak = by_id(slow_receiver_runs["nak"])
+    assert feedback_phases(nak["slow"])["flow_after"] > 0
+    start = slow_receiver_runs["nak"]["sender"]["policy"]["start"]
+    for r in nak.values():  # PROGRESS during the sender's start only: one a ms at most
+        assert 0 < r["progress_sent"] <= start["ended_s"] / REPORT_S + 10, (r, start)
 
 
 def test_ack_slow_receiver_no_loss(slow_receiver_runs):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from nakflow import (
     ConfigError,
+    NakConfig,
     ProtocolError,
     ReceiverConfig,
     ReceiverCore,
@@ -493,9 +494,11 @@ def test_one_receiver_pins_at_most_its_share_and_a_full_bound_says_over():
 
 def test_a_sender_whose_history_is_full_of_held_frames_slows_to_its_floor():
     """Rather than forget what receivers asked to have held, the sender goes on at
-    NakConfig.min_rate_msgs until pins are served or end; no feedback stops it."""
+    NakConfig.min_rate_msgs until pins are served or end; no feedback stops it (no
+    receiver answers here: no start, the rate limit from the first message)."""
     def core(history_bytes: int) -> SenderCore:
         return SenderCore(SenderConfig(sender_id="p", epoch=1, linger_s=0.0,
+                                       nak=NakConfig(start_window_msgs=None),
                                        repair=cfg(history_msgs=10**9,
                                                   history_bytes=history_bytes,
                                                   history_age_s=5.0)), now=0.0)

@@ -26,7 +26,7 @@ from nakflow.core.tail import ANNOUNCE_FIRST_S, END_REPEAT_MAX_S, END_REPEATS
 from nakflow.events import ReceiverLeft
 from nakflow.policy.credit import CreditLedger
 from nakflow.testing import LocalReceivers, ReceiverSpec
-from nakflow.wire import End, Hello, Repair, decode, encode
+from nakflow.wire import End, Hello, Progress, Repair, decode, encode
 
 
 def _sender(mode: str = "nak") -> SenderCore:
@@ -64,6 +64,7 @@ def test_an_idle_sender_announces_its_last_seq_and_a_lost_tail_is_counted_and_as
     assert 4 <= len(hellos) <= 8  # doubling intervals, not a frame per timer look
     rx = _receiver()
     rx.receive_data(frames[0], 0.01)  # the tail (seqs 1, 2) never arrives
+    assert [type(decode(b)) for b in rx.frames_to_send()] == [Progress]  # the start's
     rx.receive_data(encode(hellos[0]), 0.06)
     assert rx.outbox == []  # an announcement is not answered
     stream = rx.tracker.per_sender()[0]

@@ -294,6 +294,10 @@ def _send_parser(sub: Any) -> None:
     s.add_argument("--nak-initial-rate", dest="nak_initial_rate_msgs", type=_positive,
                    default=None, metavar="MSGS_PER_S",
                    help=f"nak: slow start's first rate (default {d.initial_rate_msgs:g})")
+    s.add_argument("--nak-start-window", dest="nak_start_window_msgs", type=_count,
+                   default=None, metavar="MSGS",
+                   help=f"nak: the start's first window (default {d.start_window_msgs}; 0: "
+                        "no start, slow start from --nak-initial-rate)")
     s.add_argument("--nak-probe-after", dest="nak_probe_after_s", type=_positive,
                    default=None, metavar="S",
                    help="nak: after this long without a NAK also grow geometrically (a "

@@ -171,6 +171,9 @@ def nak_config(args: argparse.Namespace) -> NakConfig:
         value = getattr(args, f"nak_{opt}", None)
         if value is not None:
             kw[opt] = value
+    window = getattr(args, "nak_start_window_msgs", None)
+    if window is not None:
+        kw["start_window_msgs"] = window or None
     if getattr(args, "nak_levels", None):
         levels = tuple(int(x) for x in args.nak_levels.split(","))
         factors = NakConfig().cut_factors

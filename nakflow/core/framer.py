@@ -35,13 +35,17 @@ class Framer:
         self.grtt_us = 0  # the group RTT in µs, as DATA frames advertise it (0: unknown)
         self.said_hello = False
 
-    def data(self, payloads: Sequence[bytes], first: float, now: float) -> bytes:
+    def data(self, payloads: Sequence[bytes], first: float, now: float,
+             startup: bool = False) -> bytes:
         """The DATA frame for admitted ``payloads``, stamped ``first`` (its first message's
-        time), numbered from ``seq`` and kept in the history. Raises ValueError past
-        ``max_frame_bytes`` (nothing is counted then)."""
+        time), numbered from ``seq`` and kept in the history (``startup``: it asks for
+        PROGRESS). Raises ValueError past ``max_frame_bytes`` (nothing is counted then)."""
         seq, ts = self.seq, first + self.wall_offset
-        buf = pack_frame([VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq, ts,
-                          payloads, self.grtt_us])
+        fields = [VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq, ts, payloads,
+                  self.grtt_us]
+        if startup:
+            fields.append(True)
+        buf = pack_frame(fields)
         size = len(buf)
         if size > self.max_frame_bytes:
             raise ValueError(f"message of {size} bytes exceeds max_frame_bytes")

@@ -30,6 +30,7 @@ from ..policy.backpressure import BackpressureEpisodes
 from ..policy.fill import Uniform
 from ..policy.registry import is_other_modes_feedback, make_receiver_flow
 from ..policy.signals import PAUSE_S, FillSignals
+from ..policy.startup import ProgressReporter
 from ..wire.auth import FrameAuth
 from ..wire.codec import (
     TARGET_MAGIC,
@@ -58,6 +59,11 @@ log = logging.getLogger("nakflow.live.receiver")
 
 #: An advertised group RTT is followed down only after this long, s (up at once).
 GRTT_HOLD_S = 5.0
+#: A sender in its start may fill a receiver's queue up to this share (below the first
+#: NAK level, 50 %: the start ends on a full pipe there, not on an overflow).
+ROOM_SHARE = 0.4
+#: PROGRESS's room from a receiver whose consumer keeps up (its queue under a quarter).
+NO_BOUND = 1 << 40
 #: RTTs above this are taken as this (a forged or absurd advertisement), s.
 MAX_GRTT_S = 2.0
 
@@ -119,6 +125,10 @@ class ReceiverCore(Endpoint):
         self._rng = rng
         self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
         self.signals = FillSignals(cfg.nak, capacity_msgs=cap, on=cfg.mode == "nak")
+        #: PROGRESS for senders in their start (any mode answers: only nak senders ask)
+        self.progress = ProgressReporter(cfg.stream, self.receiver_id,
+                                         max_streams=self.tracker.max_streams,
+                                         wall_offset=wall_offset)
         self.episodes = BackpressureEpisodes(cap)
         self.timeline = Timeline(("depth", "seen_depth", "received", "delivered", "dropped",
                                   "feedback", "flow_frames"),
@@ -173,7 +183,7 @@ class ReceiverCore(Endpoint):
         frame: Frame = got
         if type(frame) is Data:  # DATA that the hot path left to the full decoder
             self._data(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads,
-                       frame.grtt_us, now)
+                       frame.grtt_us, now, frame.startup)
         elif type(frame) is RData:
             self._answered(frame.sender, frame.epoch)
             ranges = self.tracker.on_repair(frame.sender, frame.epoch, frame.seq,
@@ -194,7 +204,7 @@ class ReceiverCore(Endpoint):
             self.foreign += 1  # feedback-type frames do not belong on the data channel
 
     def _data(self, sender: str, epoch: int, seq: int, ts: float, payloads: Any,
-              grtt_us: int, now: float) -> None:
+              grtt_us: int, now: float, startup: bool = False) -> None:
         if grtt_us:
             self._on_grtt(grtt_us, now)
         count = len(payloads)
@@ -209,6 +219,15 @@ class ReceiverCore(Endpoint):
         sig.arrival.on_frame(sender, seq + count, ts, now)
         ranges = self.tracker.on_data(sender, epoch, seq, count)
         self.flow.on_sender((sender, epoch), seq + count, now=now)
+        progress = self.progress
+        if startup:  # the sender is starting: it asks how far its stream got here
+            report = progress.on_data((sender, epoch), seq + count, delay, self._room(now),
+                                      now)
+            if report is not None:
+                self.flow_frames += 1
+                self._send(report, now)
+        elif progress.reporting:  # its start is over
+            progress.forget((sender, epoch))
         self._deliver(sender, epoch, seq, ts, payloads, ranges)
 
     def _deliver(self, sender: str, epoch: int, seq: int, ts: float, payloads: Any,
@@ -270,6 +289,7 @@ class ReceiverCore(Endpoint):
         heard = key in self._hellos or key in self.tracker.streams
         self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
         self.flow.on_sender_gone(key)
+        self.progress.forget(key)
         self.signals.forget(frame.sender)
         if heard:  # every END of a stream heard here (a repeat too: the sender did not get
             # the receipt) is answered once the stream is settled here (``_receipts``); a
@@ -299,6 +319,7 @@ class ReceiverCore(Endpoint):
         # incomplete and its credit window is freed for the others
         key = (frame.node, frame.epoch)
         self.flow.on_sender_gone(key)
+        self.progress.forget(key)
         self.signals.forget(frame.node)
         if key not in self.ends and key not in self.left and (
                 key in self._hellos or key in self.tracker.streams):
@@ -357,6 +378,8 @@ class ReceiverCore(Endpoint):
         feedback this calls for is decided now."""
         for key, n in released.items():
             self.flow.on_released(key, n)
+        if released:
+            self.progress.on_released()
         self._depth, self.delivered = depth, delivered
         self.signals.on_consumed(delivered, depth, now)
         self._feedback(now)
@@ -435,13 +458,26 @@ class ReceiverCore(Endpoint):
                                (st.lost, st.dropped, st.beyond_history, st.missed_before_join),
                                now + self.wall_offset), now)
 
+    def _room(self, now: float) -> tuple[int, float]:
+        """For PROGRESS, once a quarter of the queue is full: the room left below ROOM_SHARE
+        of it, messages (a start fills no queue to its first NAK level), and what its
+        consumer takes from each sender, msgs/s. Below a quarter the consumer keeps up:
+        (NO_BOUND, 0.0), no bound on what may be in flight to it (a queue shorter than
+        the path's rate x RTT must not cap the start, as it caps ACK's window)."""
+        depth, cap = self._depth + len(self._pending), self.capacity_msgs
+        if depth * 4 < cap:
+            return NO_BOUND, 0.0
+        sig = self.signals
+        rate = (sig.drain.provisional(sig.window_s) or 0.0) / max(1, sig.arrival.senders(now))
+        return max(0, int(cap * ROOM_SHARE) - depth), rate
+
     def seen_depth(self, depth: int, *, now: float) -> int:
         """The fill the policy acts on (``FillSignals.seen_depth``)."""
         return self.signals.seen_depth(depth, self.dropped, self.tracker, now=now)
 
     def get_timer(self) -> float | None:
         t = self._next_hello
-        for d in (self.flow.next_deadline(),
+        for d in (self.flow.next_deadline(), self.progress.next_deadline(),
                   None if self.requester is None else self.requester.next_deadline()):
             if d is not None and d < t:
                 t = d
@@ -452,7 +488,11 @@ class ReceiverCore(Endpoint):
         return t is not None and now >= t
 
     def handle_timer(self, now: float) -> None:
-        """HELLO when due (presence, every ``hello_interval_s``), and the feedback due."""
+        """HELLO when due (presence, every ``hello_interval_s``), PROGRESS held back, and the
+        feedback due."""
+        for report in self.progress.poll(self._room(now), now):
+            self.flow_frames += 1
+            self._send(report, now)
         if now >= self._next_hello:
             self._next_hello = now + self.config.hello_interval_s
             self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, "",
@@ -498,7 +538,7 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "test_dropped": core.test_dropped,
         "auth": None if core.mac is None else core.mac.snapshot(),
         "feedback_frames": core.feedback_sent, "feedback_bytes": core.feedback_bytes,
-        "flow_frames": core.flow_frames,
+        "flow_frames": core.flow_frames, "progress_sent": core.progress.sent,
         "receipts_sent": core.receipts_sent,
         "senders": core.tracker.per_sender(),
         "io_behind_polls": core.io_behind_polls,

@@ -31,7 +31,7 @@ from ..events import BeyondHistory, Closed, Confirmed, ReceiverJoined, ReceiverL
 from ..policy.bucket import TokenBucket
 from ..policy.registry import is_other_modes_feedback, make_sender_flow
 from ..wire.auth import FrameAuth
-from ..wire.codec import SIGNAL_CODES, Bye, Hello, Nak, Receipt, Repair, decode
+from ..wire.codec import SIGNAL_CODES, Bye, Hello, Nak, Progress, Receipt, Repair, decode
 from ..wire.endpoint import Endpoint
 from .admission import ALLOWANCE_MSGS, ALLOWANCE_S, Admission
 from .batch import FrameBatcher
@@ -82,6 +82,8 @@ class SenderCore(Endpoint):
                                        epoch=epoch, nak=nak, ack=cfg.ack,
                                        max_rate_msgs=cfg.max_rate_msgs)
         self.policy.t0 = now
+        if start_rate_msgs is None:  # nothing known of this path: the start finds out
+            self.policy.use_startup()
         self.admission = Admission(self.policy)
         self._floor = TokenBucket(cfg.nak.min_rate_msgs, burst_s=0.05)
         self.repairs = (RepairServer(cfg.repair, multicast=multicast)
@@ -346,6 +348,10 @@ class SenderCore(Endpoint):
             if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):
                 self._on_repair(frame, now)
             return
+        elif type(frame) is Progress:
+            if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):
+                self.policy.on_progress(frame, now=now)
+            return
         elif is_other_modes_feedback(frame, self.mode):
             self._mismatch(f"{type(frame).__name__} feedback heard by a {self.mode!r} sender")
         elif (type(frame) is Nak and frame.signal in BEHIND and self.repairs is not None
@@ -472,7 +478,7 @@ class SenderCore(Endpoint):
     def _data_frame(self, payloads: Sequence[bytes], first: float, now: float) -> None:
         if self.first_data_t is None:
             self.first_data_t = now
-        self.outbox.append(self.framer.data(payloads, first, now))
+        self.outbox.append(self.framer.data(payloads, first, now, self.policy.starting))
         self.tail.last_data_t = now
         if self.timeline.due(now):
             rate, credit = self.policy.limits(now=now)

@@ -182,6 +182,10 @@ class NakRateController:
         """Send rate over the last complete meter period, msgs/s (None before one)."""
         return self._meter.rate
 
+    def send_rate(self, *, now: float) -> float | None:
+        """What was sent over the last meter period (or the running one), msgs/s."""
+        return self._meter.current(now)
+
     def validated_rate(self, *, now: float) -> float | None:
         """The limit, but no higher than the highest rate really sent at over a meter
         period (a limit never used is not known to be safe); None before one period."""
@@ -265,6 +269,22 @@ class NakRateController:
             self._episode = False
             self._hold_until = -math.inf
             self._w = rate
+            self._set_origin(rate, now)
+
+    def begin(self, rate: float, plateau: float, *, now: float, ramp: bool) -> None:
+        """Take over from a start (``policy.startup``) at ``rate``: ramping on from it
+        (``ramp``: nothing limited the sender yet), or along the curve toward ``plateau``
+        (the delivery rate the start measured)."""
+        cfg = self.config
+        lo, hi = cfg.min_rate_msgs, cfg.max_rate_msgs
+        rate = min(max(rate, lo), hi)
+        self._w = min(max(plateau, rate), hi)
+        self._slow_start = ramp and rate < hi
+        self._rate = rate
+        self._last_now = max(self._last_now, now)
+        if self._slow_start:
+            self._set_origin(rate, now - cfg.quiet_s + self.ramp_step_s())
+        else:
             self._set_origin(rate, now)
 
     # -- internals -----------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any, ClassVar, TypeGuard
 
 from ..config import AckConfig, NakConfig, check_mode
-from ..wire.codec import SIGNAL_CODES, SIGNALS, Credit, Frame, Hello, Nak
+from ..wire.codec import SIGNAL_CODES, SIGNALS, Credit, Frame, Hello, Nak, Progress
 from .attribution import CutLog
 from .bucket import TokenBucket
 from .credit import WAITING_FRESH_S, CreditGranter, CreditLedger, SenderKey
@@ -33,6 +33,7 @@ from .fill import (
 )
 from .rate import NakRateController, recovery_bound_s
 from .signals import NEWS, NOT_NEWS, PAUSE
+from .startup import SlowStart
 
 PAUSED = SIGNAL_CODES["paused"]
 #: NAK signals about the path rather than the receiver's queue.
@@ -110,6 +111,18 @@ class SenderFlow(ABC):
         nothing to hand on)."""
         return None
 
+    @property
+    def starting(self) -> bool:
+        """In its start: DATA asks receivers for PROGRESS (``policy.startup``)."""
+        return False
+
+    def use_startup(self) -> None:  # noqa: B027 (optional hook)
+        """Begin with the start (``policy.startup``), if the mode has one: only a driver
+        whose receivers answer PROGRESS asks for it (the protocol cores do)."""
+
+    def on_progress(self, frame: Progress, *, now: float) -> None:  # noqa: B027
+        """A receiver's PROGRESS for this sender, during the start."""
+
     @abstractmethod
     def snapshot(self) -> dict[str, Any]:
         """Metrics, JSON-ready."""
@@ -157,8 +170,51 @@ class NakFlow(SenderFlow):
         cfg = self.controller.config
         self.bucket = TokenBucket(cfg.start_rate_msgs, burst_s=cfg.burst_s)
         self.attribution = CutLog()
+        self.start: SlowStart | None = None  # the start, while it lasts (use_startup)
+        self.start_report: dict[str, Any] | None = None
+
+    @property
+    def starting(self) -> bool:
+        return self.start is not None
+
+    def use_startup(self) -> None:
+        cfg = self.controller.config
+        window = cfg.start_window_msgs
+        if window is not None and cfg.start_rate_msgs < cfg.max_rate_msgs:
+            self.start = SlowStart(window, max_rate_msgs=cfg.max_rate_msgs,
+                                   ramp=(cfg.start_rate_msgs, cfg.ramp_factor, cfg.step_s))
+
+    def _end_start(self, now: float) -> None:
+        """The start is over: the rate limit takes over from what it reached."""
+        st = self.start
+        assert st is not None
+        self.start = None
+        ctl = self.controller
+        rate, plateau, ramp = st.outcome(ctl.config.start_rate_msgs)
+        if st.why == "nak":  # the NAK cuts next, from the rate really sent (as it would
+            sent = ctl.send_rate(now=now)  # cut a ramp): the delivery rate lags a round
+            if sent is not None and sent > rate:
+                rate = plateau = sent
+        ctl.begin(rate, plateau, now=now, ramp=ramp)
+        self.bucket.set_rate(ctl.rate(now=now), now=now)
+        self.start_report = st.snapshot(self.t0)
+
+    def _admit_start(self, n: int, now: float) -> int:
+        st = self.start
+        assert st is not None
+        if st.check(now):
+            self._end_start(now)
+            return -1
+        k = min(n, st.allowance(now))
+        st.on_sent(k)
+        self.controller.on_sent(k, now=now)
+        return k
 
     def admit(self, n: int, *, now: float) -> tuple[int, float]:
+        if self.start is not None:
+            k = self._admit_start(n, now)
+            if k >= 0:
+                return k, (0.0 if k == n else self.start.pace_wait() if not k else math.inf)
         rate = self.controller.rate(now=now)
         bucket = self.bucket
         if rate != bucket.rate:
@@ -170,6 +226,10 @@ class NakFlow(SenderFlow):
         return n, 0.0
 
     def admit_up_to(self, n: int, *, now: float) -> int:
+        if self.start is not None:
+            k = self._admit_start(n, now)
+            if k >= 0:
+                return k
         rate = self.controller.rate(now=now)
         bucket = self.bucket
         if rate != bucket.rate:
@@ -179,11 +239,32 @@ class NakFlow(SenderFlow):
         return k
 
     def refund(self, n: int) -> None:
-        self.bucket.refund(n)
+        if self.start is not None:
+            self.start.unsend(n)
+        else:
+            self.bucket.refund(n)
         self.controller.unsend(n)
+
+    def on_progress(self, frame: Progress, *, now: float) -> None:
+        st = self.start
+        if st is not None and st.on_progress(frame.receiver, frame.next_seq, frame.room,
+                                             frame.delay, now, frame.rate):
+            self._end_start(now)
+
+    def on_receiver_bye(self, receiver: str) -> None:
+        if self.start is not None:
+            self.start.on_gone(receiver)
+
+    def on_timer(self, *, now: float) -> list[tuple[str, str]]:
+        if self.start is not None and self.start.check(now):
+            self._end_start(now)
+        return []
 
     def on_feedback(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Nak and frame.stream == self.stream:
+            if self.start is not None and frame.signal != PAUSED:
+                self.start.end("nak", now)  # the limit takes over, and this NAK cuts it
+                self._end_start(now)
             ctl = self.controller
             if frame.signal == PAUSED:  # its consumer takes nothing: a cut cannot help it
                 ctl.count_nak(frame.level)
@@ -203,19 +284,28 @@ class NakFlow(SenderFlow):
 
     def set_rtt(self, rtt_s: float) -> None:
         self.controller.set_rtt(rtt_s)
+        if self.start is not None:
+            self.start.set_rtt(rtt_s)
 
     def validated_rate(self, *, now: float) -> float | None:
         return self.controller.validated_rate(now=now)
 
     def next_deadline(self) -> float | None:
+        if self.start is not None:
+            return self.start.deadline()
         return self.controller.next_deadline()
 
     def limits(self, *, now: float) -> tuple[float | None, int | None]:
+        st = self.start
+        if st is not None:  # the window, as what may go
+            return None, max(0, int(st.acked + st.cwnd) - st.sent)
         return self.controller.rate(now=now), None
 
     def snapshot(self) -> dict[str, Any]:
+        st = self.start
         return {"mode": self.mode, **self.controller.snapshot(),
-                **self.attribution.snapshot(t0=self.t0)}
+                **self.attribution.snapshot(t0=self.t0),
+                "start": st.snapshot(self.t0) if st is not None else self.start_report}
 
 
 class AckFlow(SenderFlow):

@@ -21,6 +21,7 @@ from .codec import (
     Gone,
     Hello,
     Nak,
+    Progress,
     RData,
     Receipt,
     Repair,
@@ -34,5 +35,5 @@ from .codec import (
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "RECEIPT_REASONS", "SIGNALS", "TARGET_MAGIC", "VERSION",
            "Bye", "Credit", "Data", "End", "Frame", "FrameAuth", "Gone", "Hello", "Nak",
-           "ProtocolError", "RData", "Receipt", "Repair", "decode", "decode_data", "encode",
-           "encode_data", "target_prefix", "untarget"]
+           "Progress", "ProtocolError", "RData", "Receipt", "Repair", "decode", "decode_data",
+           "encode", "encode_data", "target_prefix", "untarget"]

@@ -33,7 +33,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, ProtocolError
-from .codec import Bye, Credit, Data, End, Frame, Gone, Hello, Nak, RData, Receipt, Repair
+from .codec import (
+    Bye,
+    Credit,
+    Data,
+    End,
+    Frame,
+    Gone,
+    Hello,
+    Nak,
+    Progress,
+    RData,
+    Receipt,
+    Repair,
+)
 
 MAGIC = 0xC1  # "never used" in msgpack
 SCHEME = 0x01  # HMAC-SHA256/128 with a 64-bit counter
@@ -79,7 +92,7 @@ def origin(frame: Frame) -> tuple[str, int]:
         return frame.sender, frame.epoch
     if isinstance(frame, (Hello, Bye)):
         return frame.node, frame.epoch
-    if isinstance(frame, (Nak, Credit, Repair, Receipt)):
+    if isinstance(frame, (Nak, Credit, Repair, Receipt, Progress)):
         return frame.receiver, 0
     raise TypeError(f"not a frame: {frame!r}")
 

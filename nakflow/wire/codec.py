@@ -7,14 +7,16 @@ before msgpack sees it, and msgpack bounds every container by the input size).
 
 Extending a frame: new fields go at the end, with a default (``Nak.signal`` and
 ``Nak.rate``, ``Repair.to_me`` came this way in wire revision 2, ``Hello.announce`` in
-3, ``Hello.receipts`` and ``Repair.hold`` in 4). A decoder accepts a frame without them
-(from an older peer: the defaults apply) and ignores up to MAX_UNKNOWN_FIELDS trailing
-fields it does not know (from a newer one). ``encode`` leaves out trailing fields that
-hold their default, so a frame that uses no new field is the frame an older peer knows.
+3, ``Hello.receipts`` and ``Repair.hold`` in 4, ``Data.startup`` in 5). A decoder accepts
+a frame without them (from an older peer: the defaults apply) and ignores up to
+MAX_UNKNOWN_FIELDS trailing fields it does not know (from a newer one). ``encode`` leaves
+out trailing fields that hold their default, so a frame that uses no new field is the
+frame an older peer knows.
 Decoders of revision 1 required the exact field count, so they count a NAK that says its
 signal as malformed. A new frame type (RECEIPT, revision 4) is one an older peer counts
 as malformed and drops; a receiver says it sends them (``Hello.receipts``), so no sender
-waits for one from a receiver that does not.
+waits for one from a receiver that does not. PROGRESS (revision 5) answers only DATA that
+says ``startup``, which only a sender of revision 5 sends.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from ..errors import ProtocolError
 VERSION = 1
 #: Revision of the frame layouts within VERSION (2: NAK carries signal and rate, REPAIR
 #: to_me; 3: a sender's HELLO may be an announcement of its last seq; 4: RECEIPT, a
-#: receiver's HELLO says it sends them, REPAIR may ask the sender to hold).
-WIRE_REVISION = 4
+#: receiver's HELLO says it sends them, REPAIR may ask the sender to hold; 5: DATA may say
+#: the sender is starting, PROGRESS answers it).
+WIRE_REVISION = 5
 #: Trailing fields a decoder does not know and skips (a newer peer's additions), at most.
 MAX_UNKNOWN_FIELDS = 8
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -42,7 +45,7 @@ MAX_BATCH = 65_536
 MAX_SEQ = (1 << 63) - 1
 
 T_DATA, T_NAK, T_CREDIT, T_HELLO, T_BYE, T_END = 1, 2, 3, 4, 5, 6
-T_RDATA, T_REPAIR, T_GONE, T_RECEIPT = 7, 8, 9, 10
+T_RDATA, T_REPAIR, T_GONE, T_RECEIPT, T_PROGRESS = 7, 8, 9, 10, 11
 MAX_RANGES = 64  # sequence ranges one REPAIR frame may ask for
 ROLES = ("sender", "receiver")
 
@@ -51,7 +54,10 @@ ROLES = ("sender", "receiver")
 class Data:
     """One or more payloads from a sender; ``seq`` numbers the first. ``grtt_us`` is the
     sender's group round-trip time, µs (0: not measured yet), advertised in every DATA
-    frame as NORM does, so receivers can scale their feedback timing to it."""
+    frame as NORM does, so receivers can scale their feedback timing to it.
+
+    ``startup`` (revision 5): the sender is in its start (``policy.startup``) and asks
+    every receiver for its PROGRESS; a receiver that does not know the field ignores it."""
 
     stream: str
     sender: str
@@ -60,6 +66,7 @@ class Data:
     ts: float
     payloads: tuple[bytes, ...]
     grtt_us: int = 0
+    startup: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +206,28 @@ class Gone:
     ts: float
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """(revision 5) While (``sender``, ``epoch``)'s DATA says ``startup``: every seq below
+    ``next_seq`` reached ``receiver`` (or was lost on the way: the highest it saw), its
+    queue has ``room`` for that many more messages (2**40: its consumer keeps up, no
+    bound), its consumer takes ``rate`` msgs/s
+    (0: it keeps up, its queue is short), and the least one-way delay of its frames since
+    the last PROGRESS was ``delay`` s (stamp to arrival, the two clocks' offset included:
+    the sender compares a receiver's delays with each other only). At most one a
+    millisecond per sender, for the start only."""
+
+    stream: str
+    receiver: str
+    sender: str
+    epoch: int
+    next_seq: int
+    room: int
+    rate: float
+    delay: float
+    ts: float
+
+
 #: What a RECEIPT says a receiver lacks, in this order (``Receipt.missing``).
 RECEIPT_REASONS = ("lost", "dropped", "beyond_history", "missed_before_join")
 
@@ -227,10 +256,10 @@ class Receipt:
 
 
 Frame = Union[Data, Nak, Credit, Hello, Bye, End,  # noqa: UP007 (runtime alias, py3.10)
-              RData, Repair, Gone, Receipt]
+              RData, Repair, Gone, Receipt, Progress]
 _TYPE_OF: dict[type, int] = {Data: T_DATA, Nak: T_NAK, Credit: T_CREDIT, Hello: T_HELLO,
                              Bye: T_BYE, End: T_END, RData: T_RDATA, Repair: T_REPAIR,
-                             Gone: T_GONE, Receipt: T_RECEIPT}
+                             Gone: T_GONE, Receipt: T_RECEIPT, Progress: T_PROGRESS}
 
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 #: Packs a frame given as its field list ``[VERSION, T_..., *fields]`` (the hot path;
@@ -278,9 +307,12 @@ def untarget(buf: bytes) -> bytes:
 
 
 def encode_data(stream: str, sender: str, epoch: int, seq: int, ts: float,
-                payloads: Sequence[bytes], grtt_us: int = 0) -> bytes:
+                payloads: Sequence[bytes], grtt_us: int = 0, startup: bool = False) -> bytes:
     """Serialise a DATA frame without building a Data object (the send hot path)."""
-    out: bytes = _packb([VERSION, T_DATA, stream, sender, epoch, seq, ts, payloads, grtt_us])
+    fields = [VERSION, T_DATA, stream, sender, epoch, seq, ts, payloads, grtt_us]
+    if startup:
+        fields.append(True)
+    out: bytes = _packb(fields)
     return out
 
 
@@ -383,7 +415,7 @@ _Validator = Callable[[Any], Any]
 #: type -> (frame class, validators of its fields in order). The fields a class gives a
 #: default may be missing at the end of a frame (``_REQUIRED``: how many may not).
 _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
-    T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads, _uint)),
+    T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads, _uint, _bool)),
     T_NAK: (Nak, (_name, _name, _level, _fill, _ts, _signal, _rate)),
     T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
     T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts, _bool, _bool)),
@@ -393,17 +425,20 @@ _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
     T_REPAIR: (Repair, (_name, _name, _name, _uint, _ranges, _ts, _bool, _bool)),
     T_GONE: (Gone, (_name, _name, _uint, _uint, _uint, _ts)),
     T_RECEIPT: (Receipt, (_name, _name, _name, _uint, _uint, _missing, _ts)),
+    T_PROGRESS: (Progress, (_name, _name, _name, _uint, _uint, _uint, _rate, _ts, _ts)),
 }
 
 
 _REQUIRED = {t: sum(1 for f in dataclass_fields(cls) if f.default is MISSING)
              for t, (cls, _v) in _SCHEMA.items()}
 #: The defaults of the trailing fields added after revision 1, last first (what ``encode``
-#: may omit; DATA's ``grtt_us`` is in every DATA frame, as ``encode_data`` writes it).
+#: may omit; DATA's ``grtt_us`` is in every DATA frame, as ``encode_data`` writes it, and
+#: only ``startup`` may go).
 _TRAILING_DEFAULTS: dict[type, tuple[Any, ...]] = {
     cls: (tuple(f.default for f in reversed(dataclass_fields(cls))
                 if f.default is not MISSING) if cls in (Nak, Repair, Hello) else ())
     for cls, _v in _SCHEMA.values()}
+_TRAILING_DEFAULTS[Data] = (False,)
 
 
 def decode(buf: bytes | bytearray | memoryview,
@@ -443,8 +478,9 @@ def decode_data(buf: bytes | bytearray | memoryview,
                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> DataFields | Frame:
     """Like ``decode``, but a DATA frame comes back as a plain tuple
     ``(stream, sender, epoch, seq, ts, payloads, grtt_us)`` (the receive hot path: no frame
-    object, checks inline). Any other frame is returned as ``decode`` returns it;
-    malformed input raises ProtocolError exactly as there.
+    object, checks inline). Any other frame, DATA that says ``startup`` among them, is
+    returned as ``decode`` returns it; malformed input raises ProtocolError exactly as
+    there.
     """
     if len(buf) > max_frame_bytes:
         raise ProtocolError(f"frame of {len(buf)} bytes exceeds the {max_frame_bytes} limit")

@@ -1,0 +1,443 @@
+"""NAK's start (issue 35): a window for the first round trips, the rate limit after.
+
+A sender cannot tell a fast path from a slow one from its RTT, and a NAK comes only once
+a queue or a delay has built up: a rate ramp either takes a second to reach loopback's
+rate or overshoots a slow link by a second of its traffic. So, for its first round
+trips only, a NAK sender asks its receivers how far they got (DATA says ``startup``;
+each answers with PROGRESS, at most one a ``REPORT_S`` per sender) and keeps no more in
+flight than a window over the slowest of them, as Aeron keeps a sender within a receiver
+window and TCP's slow start within its congestion window, and never more than a
+receiver's queue has room for (ACK's credit):
+
+- the window starts at ``NakConfig.start_window_msgs`` and grows by what the slowest
+  receiver confirms: it doubles each round trip (a round ends when the slowest receiver
+  has everything sent when it began);
+- the start ends on the first of: a receiver's least one-way delay over
+  ``DELAY_SAMPLES`` reports up by clamp(RTT/8, 4 ms, 16 ms) on the least it showed, and
+  still up after ``CSS_ROUNDS`` rounds (``CSS_MAX_S`` at most) of growing a
+  quarter as fast (HyStart++, RFC 9406 4.2-4.3: a rise that falls back below what it rose
+  to was spurious, a process descheduled, and the start goes on); three window-limited
+  rounds
+  whose delivery rate grew
+  less than 1.25x (BBR's full pipe); three rounds the application did not fill the window
+  (nothing in the path limits it); a NAK; no confirmation for ``STALL_S`` or
+  ``STALL_RTTS`` round trips, whichever is longer (``SILENT_S`` before any answer: a receiver
+  died, or none answers: an older one); ``MAX_S``;
+- the rate limit then starts at the delivery rate of the last rounds (``SlowStart.
+  outcome``; a round lasts at least ``ROUND_MIN_S``): below it by ``DRAIN`` after a delay
+  rise or a full pipe (the queue the last round built drains), or ramping on from it
+  where nothing limited the sender.
+
+Receivers say nothing after the start: a healthy receiver's feedback is its first round
+trips' PROGRESS and nothing more. Sans-I/O: every call takes ``now``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..wire.codec import Progress
+
+__all__ = ["DELAY_SAMPLES", "DRAIN", "FORGET_S", "MAX_S", "REPORT_S", "SILENT_S", "STALL_S",
+           "ProgressReporter", "SlowStart"]
+
+#: A receiver sends one PROGRESS per sender at most this often, s.
+REPORT_S = 0.001
+#: Reports of a receiver in a round before its delay rise may end the start (HyStart++'s
+#: N_RTT_SAMPLE).
+DELAY_SAMPLES = 8
+#: The delay rise that ends the start: clamp(RTT / 8, these), s (HyStart++'s eta).
+DELAY_RISE_S = (0.004, 0.016)
+#: After a delay rise: rounds of growth divided by CSS_DIVISOR before the start ends,
+#: unless the delay falls back below where it rose from (HyStart++'s CSS).
+CSS_ROUNDS = 5
+CSS_DIVISOR = 4
+#: ... or this long, s, whichever is sooner (a round lasts as long as the queue it built).
+CSS_MAX_S = 0.05
+#: Rounds without 1.25x growth (window-limited), or not filled, that end the start.
+FULL_ROUNDS = 3
+FULL_GROWTH = 1.25
+#: No confirmation for this long ends the start, s (a dead receiver, or no answer).
+STALL_S = 0.1
+STALL_RTTS = 3.0
+#: ... and before any receiver answered at all, this long (at least), s: the first answer
+#: takes a round trip the sender may not have measured yet.
+SILENT_S = 0.25
+#: The start ends after this long whatever happens, s.
+MAX_S = 2.0
+#: After a delay rise or a full pipe, the limit starts at this share of the delivery rate.
+DRAIN = 0.9
+#: A round lasts at least this long, and an RTT (the least measured), s: its delivery
+#: rate is taken over no less (a receiver's queue that had room at first takes a burst
+#: far above its rate; confirmations come in bursts).
+ROUND_MIN_S = 0.01
+#: The window is at most this many seconds of max_rate_msgs.
+MAX_WINDOW_S = 1.0
+#: On a path whose RTT is at least PACE_MIN_RTT_S, the window goes out paced at
+#: PACE_GAIN x window / RTT (bursts of PACE_BURST_S of that), not all at once: a window
+#: of a long path is more than a receiver's queue holds (TCP paces its slow start so).
+PACE_MIN_RTT_S = 0.005
+PACE_GAIN = 2.0
+PACE_BURST_S = 0.005
+#: Receivers a start follows at most (PROGRESS from more is ignored: bounded whatever
+#: ids arrive).
+MAX_RECEIVERS = 4096
+#: A receiver stops reporting to a sender whose DATA no longer says ``startup``, or none
+#: came for this long, s.
+FORGET_S = 1.0
+
+Key = tuple[str, int]
+
+
+class SlowStart:
+    """The sender's side: ``allowance`` says how many more may go now; ``on_sent`` /
+    ``unsend`` count what went; ``on_progress`` takes a receiver's PROGRESS; ``check``
+    ends it on time. ``done`` once over, ``why`` says why, ``outcome`` what the rate limit
+    starts at."""
+
+    def __init__(self, window_msgs: int, *, max_rate_msgs: float,
+                 ramp: tuple[float, float, float] | None = None) -> None:
+        self.cwnd = float(window_msgs)
+        #: (rate, factor, step s): the ramp this start replaces; the window is never less
+        #: than an RTT of it (a long path's round trips must not make the start slower)
+        self.ramp = ramp
+        self.max_window = max(float(window_msgs), max_rate_msgs * MAX_WINDOW_S)
+        self.sent = 0  # admitted so far (data and repairs for everyone)
+        self._tokens, self._pace_t = float(window_msgs), 0.0  # pacing (PACE_MIN_RTT_S)
+        self._pace_rate = 0.0
+        self.pos: dict[str, int] = {}  # receiver -> its reported next seq
+        self.acked = 0  # the least of pos (0 before any report)
+        self.room: dict[str, int] = {}  # receiver -> the seq its queue has room up to
+        self.take: dict[str, float] = {}  # receiver -> its consumer's rate (a backlog)
+        self.credit = math.inf  # the least of room
+        self.done = False
+        self.why: str | None = None
+        self.t0: float | None = None  # first admission
+        self.ended_at: float | None = None
+        self.ended_sent: int | None = None  # what was sent (admitted) by its end
+        self.rtt_s: float | None = None
+        self._last_move: float | None = None  # when ``acked`` last moved (or t0)
+        # rounds
+        self.rounds = 0
+        self._round_end = 0
+        self._round_t = 0.0
+        self._round_acked = 0
+        self._limited = False  # the window held the sender back this round
+        self.bws: list[float] = []  # the delivery rate of each round, msgs/s
+        self._full_bw = 0.0
+        self._full_count = 0
+        self._unfilled = 0
+        # per receiver: [least delay this block, samples in it, least ever]
+        self._delay: dict[str, list[float]] = {}
+        #: after a delay rise (CSS): rounds since, when, and each receiver's least delay in
+        #: the round it rose (HyStart++'s cssBaselineMinRtt)
+        self.css_rounds: int | None = None
+        self._css_at = 0.0
+        self._css_base: dict[str, float] = {}
+        self.spurious = 0  # delay rises that fell back (the start went on)
+        self.max_rise = 0.0  # the largest rise of a block's least delay seen, s
+
+    # -- the sender's questions -----------------------------------------------------------
+    def allowance(self, now: float) -> int:
+        """How many more may be admitted at ``now`` (within the window)."""
+        if self.t0 is None:
+            self.t0 = self._last_move = self._round_t = now
+        cwnd = self.cwnd
+        if self.ramp is not None and self.rtt_s:
+            rate, factor, step = self.ramp
+            floor = rate * factor ** min((now - self.t0) / step, 200.0) * self.rtt_s
+            if floor > cwnd:
+                cwnd = self.cwnd = min(floor, self.max_window)
+        k = int(min(self.acked + cwnd, self.credit)) - self.sent
+        if k <= 0:
+            self._limited = True
+            return 0
+        rtt = self.rtt_s
+        if rtt is not None and rtt >= PACE_MIN_RTT_S:
+            rate = self._pace_rate = PACE_GAIN * cwnd / rtt
+            self._tokens = min(self._tokens + rate * max(0.0, now - self._pace_t),
+                               max(16.0, rate * PACE_BURST_S))
+            self._pace_t = now
+            k = min(k, int(self._tokens))
+        return k
+
+    def pace_wait(self) -> float:
+        """After ``allowance`` said 0 for want of pacing (not of the window): how long until
+        one more may go, s (inf: the window, not the pace, holds it back)."""
+        if self._limited or self._pace_rate <= 0 or self._tokens >= 1:
+            return math.inf
+        return (1.0 - self._tokens) / self._pace_rate
+
+    def on_sent(self, n: int) -> None:
+        self.sent += n
+        self._tokens -= n
+
+    def unsend(self, n: int) -> None:
+        self.sent = max(self.acked, self.sent - n)
+        self._tokens += n
+
+    def deadline(self) -> float | None:
+        """When ``check`` should next run (None: not started, or over)."""
+        if self.done or self._last_move is None or self.t0 is None:
+            return None
+        return min(self._last_move + self.stall_s, self.t0 + MAX_S)
+
+    @property
+    def stall_s(self) -> float:
+        """How long without a confirmation ends the start, s."""
+        return max(STALL_S if self.pos else SILENT_S, STALL_RTTS * (self.rtt_s or 0.0))
+
+    def check(self, now: float) -> bool:
+        """End the start if it stalled or ran out of time; True if it ended now."""
+        if self.done or self._last_move is None or self.t0 is None:
+            return False
+        if now >= self.t0 + MAX_S:
+            return self.end("time", now)
+        if now >= self._last_move + self.stall_s:
+            return self.end("stall" if self.pos else "silent", now)
+        return False
+
+    # -- the receivers' word ---------------------------------------------------------------
+    def on_progress(self, receiver: str, next_seq: int, room: int, delay: float,
+                    now: float, rate: float = 0.0) -> bool:
+        """A receiver's PROGRESS; True if it ended the start."""
+        if self.done:
+            return False
+        if self.t0 is None:
+            self.t0 = self._last_move = self._round_t = now
+        pos = self.pos
+        before = pos.get(receiver)
+        if before is None and len(pos) >= MAX_RECEIVERS:
+            return False
+        moved = before is None or next_seq > before
+        if moved:
+            pos[receiver] = min(next_seq, self.sent)
+        credit = self.credit
+        self.room[receiver] = pos[receiver] + room
+        if rate > 0:
+            self.take[receiver] = rate
+        else:
+            self.take.pop(receiver, None)
+        self.credit = min(self.room.values())
+        least = min(pos.values())
+        if least > self.acked:
+            grow: float = least - self.acked
+            if self.css_rounds is not None:
+                grow /= CSS_DIVISOR
+            self.cwnd = min(self.cwnd + grow, self.max_window)
+            self.acked = least
+            self._last_move = now
+        elif self.credit > credit:
+            self._last_move = now  # a queue made room: no stall
+        if moved and self._delay_sample(receiver, delay, now):
+            return True
+        if (self.acked >= self._round_end and self.acked > self._round_acked
+                and now - self._round_t >= max(ROUND_MIN_S, self.rtt_s or 0.0)):
+            return self._round_over(now)
+        return False
+
+    def on_gone(self, receiver: str) -> None:
+        """``receiver`` left (BYE): the window no longer waits for it."""
+        self.pos.pop(receiver, None)
+        self.room.pop(receiver, None)
+        self.take.pop(receiver, None)
+        self._delay.pop(receiver, None)
+        self.credit = min(self.room.values(), default=math.inf)
+        if self.pos:
+            self.acked = max(self.acked, min(self.pos.values()))
+
+    def _delay_sample(self, receiver: str, delay: float, now: float) -> bool:
+        """A report's least delay (HyStart++ over blocks of DELAY_SAMPLES reports, each
+        receiver against the least it ever showed: its clock offset cancels). A block
+        whose least is ``_rise()`` above that begins the conservative growth (CSS); in
+        it, a block of every receiver that rose back below what it rose to was spurious,
+        and CSS_ROUNDS rounds or CSS_MAX_S of it end the start. True if it ended."""
+        row = self._delay.get(receiver)
+        if row is None:
+            row = self._delay[receiver] = [math.inf, 0.0, math.inf]
+        if delay < row[2]:
+            row[2] = delay
+        if delay < row[0]:
+            row[0] = delay
+        row[1] += 1
+        css = self._css_base
+        if self.css_rounds is not None and now - self._css_at >= CSS_MAX_S:
+            return self.end("delay", now)
+        if row[1] < DELAY_SAMPLES:
+            return False
+        least, row[0], row[1] = row[0], math.inf, 0.0
+        self.max_rise = max(self.max_rise, least - row[2])
+        if self.css_rounds is None:
+            if least >= row[2] + self._rise():
+                self.css_rounds, self._css_at = 0, now  # slower growth: is the rise real?
+                css.clear()
+                css[receiver] = least
+        elif receiver in css:
+            if least < css[receiver]:
+                del css[receiver]  # back below what it rose to
+                if not css:  # every receiver that rose fell back: spurious
+                    self.css_rounds, self.spurious = None, self.spurious + 1
+        elif least >= row[2] + self._rise():
+            css[receiver] = least
+        return False
+
+    def set_rtt(self, rtt_s: float) -> None:
+        """An RTT measured (HELLO answers): the least is kept, the path's own; a later one
+        waited in the queue the start may be building."""
+        if rtt_s >= 0 and (self.rtt_s is None or rtt_s < self.rtt_s):
+            self.rtt_s = rtt_s
+
+    def _rise(self) -> float:
+        lo, hi = DELAY_RISE_S
+        return min(max((self.rtt_s or 0.0) / 8, lo), hi)
+
+    def _round_over(self, now: float) -> bool:
+        span = now - self._round_t
+        if span > 0:
+            bw = (self.acked - self._round_acked) / span
+            self.bws.append(bw)
+            if self._limited:
+                self._unfilled = 0
+                if bw >= self._full_bw * FULL_GROWTH:
+                    self._full_bw, self._full_count = bw, 0
+                else:
+                    self._full_count += 1
+            else:
+                self._unfilled += 1
+        self.rounds += 1
+        self._round_end, self._round_t, self._round_acked = self.sent, now, self.acked
+        self._limited = False
+        if self.css_rounds is not None:
+            self.css_rounds += 1
+            if self.css_rounds >= CSS_ROUNDS:
+                return self.end("delay", now)
+        if self._full_count >= FULL_ROUNDS:
+            return self.end("full", now)
+        if self._unfilled >= FULL_ROUNDS:
+            return self.end("unfilled", now)
+        return False
+
+    def end(self, why: str, now: float) -> bool:
+        """End the start (``why``); True."""
+        if self.done:
+            return False
+        self.done, self.why, self.ended_at = True, why, now
+        self.ended_sent = self.sent
+        return True
+
+    @property
+    def delivery_rate(self) -> float:
+        """The delivery rate the start ends with, msgs/s (0: not measured): after a full
+        pipe the mean of the last FULL_ROUNDS rounds (the plateau), else the highest of
+        them (it was still growing), else what was confirmed over the whole start; no more
+        than the slowest consumer with a backlog takes."""
+        bws = self.bws[-FULL_ROUNDS:]
+        bw = 0.0
+        if bws:  # flat after a full pipe: their mean; else still growing: the last
+            bw = sum(bws) / len(bws) if self.why == "full" else max(bws)
+        elif self.t0 is not None and self.ended_at is not None and self.ended_at > self.t0:
+            bw = self.acked / (self.ended_at - self.t0)
+        if self.take:
+            bw = min(bw, min(self.take.values())) if bw else min(self.take.values())
+        return bw
+
+    def outcome(self, start_rate: float) -> tuple[float, float, bool]:
+        """(the rate the limit starts at, the plateau it heads for, whether it ramps on
+        from there), once ``done``: the delivery rate, ``DRAIN`` below it after a delay
+        rise, a full pipe or a stall (the last rounds' queue drains; after a NAK the rate
+        itself: the NAK cuts it next); where no receiver answered, the ramp from
+        ``start_rate`` as without a start."""
+        bw = self.delivery_rate
+        if self.why == "silent" or bw <= 0:
+            return start_rate, start_rate, True
+        if self.why == "nak":  # the NAK cuts it next
+            return bw, bw, False
+        if self.why in ("delay", "full", "stall"):
+            return bw * DRAIN, bw, False
+        return bw, bw, True  # unfilled, time: nothing limited the sender
+
+    def snapshot(self, t0: float) -> dict[str, Any]:
+        return {"ended": self.why, "rounds": self.rounds, "window": int(self.cwnd),
+                "delivery_rate": round(self.delivery_rate, 1),
+                "receivers": len(self.pos), "sent": self.ended_sent,
+                "spurious_delay_rises": self.spurious,
+                "max_delay_rise_ms": round(self.max_rise * 1000, 3),
+                "ended_s": None if self.ended_at is None else round(self.ended_at - t0, 6)}
+
+
+class ProgressReporter:
+    """The receiver's side: for each sender whose DATA says ``startup``, a PROGRESS at most
+    every ``REPORT_S`` with the highest seq seen, the queue's room and the least delay
+    since the last one; one held back by the interval, or due because the queue made room
+    (``on_released``), goes out when it is over (``poll``), so a sender waiting on its
+    window is never left waiting. Bounded: ``max_streams`` senders at once."""
+
+    def __init__(self, stream: str, receiver: str, *, max_streams: int,
+                 wall_offset: float = 0.0) -> None:
+        self.stream, self.receiver, self.max_streams = stream, receiver, max_streams
+        self.wall_offset = wall_offset
+        #: sender key -> [next seq, least delay since the last report, last report at,
+        #: a report is pending, last startup DATA at]
+        self._rows: dict[Key, list[Any]] = {}
+        self.sent = 0
+
+    def on_data(self, key: Key, next_seq: int, delay: float, room: tuple[int, float],
+                now: float) -> Progress | None:
+        """A startup DATA frame of ``key`` ending at ``next_seq``, ``delay`` s old; ``room``:
+        (the queue's room, its consumer's rate or 0)."""
+        row = self._rows.get(key)
+        if row is None:
+            if len(self._rows) >= self.max_streams:
+                del self._rows[next(iter(self._rows))]
+            row = self._rows[key] = [next_seq, delay, -math.inf, True, now]
+        else:
+            if next_seq > row[0]:
+                row[0] = next_seq
+            if delay < row[1]:
+                row[1] = delay
+            row[3], row[4] = True, now
+        if now - row[2] >= REPORT_S:
+            return self._report(key, row, room, now)
+        return None
+
+    @property
+    def reporting(self) -> bool:
+        """Some sender is in its start here."""
+        return bool(self._rows)
+
+    def on_released(self) -> None:
+        """The queue made room: every sender in its start hears of it."""
+        for row in self._rows.values():
+            row[3] = True
+
+    def forget(self, key: Key) -> None:
+        """``key`` ended, left, or sends DATA without ``startup``: its start is over."""
+        self._rows.pop(key, None)
+
+    def poll(self, room: tuple[int, float], now: float) -> list[Progress]:
+        """The reports held back whose interval is over (``room`` as for ``on_data``)."""
+        out = []
+        for key, row in list(self._rows.items()):
+            if now - row[4] >= FORGET_S:
+                del self._rows[key]
+            elif row[3] and now - row[2] >= REPORT_S:
+                out.append(self._report(key, row, room, now))
+        return out
+
+    def next_deadline(self) -> float | None:
+        t = math.inf
+        for row in self._rows.values():
+            due = row[2] + REPORT_S if row[3] else row[4] + FORGET_S
+            if due < t:
+                t = due
+        return None if math.isinf(t) else t
+
+    def _report(self, key: Key, row: list[Any], room: tuple[int, float],
+                now: float) -> Progress:
+        delay = row[1] if math.isfinite(row[1]) else 0.0  # room made, no frame since
+        frame = Progress(self.stream, self.receiver, key[0], key[1], row[0], room[0],
+                         round(room[1], 1), delay, now + self.wall_offset)
+        row[1], row[2], row[3] = math.inf, now, False
+        self.sent += 1
+        return frame

@@ -1,0 +1,151 @@
+"""NAK's start (``nakflow.policy.startup``): the window of the first round trips, on the
+real cores (the simulator's driver, ``simulations.cores``) and on the wire."""
+
+from __future__ import annotations
+
+import pytest
+
+from nakflow import NakConfig, SenderConfig, SenderCore
+from nakflow.policy import startup
+from nakflow.policy.startup import REPORT_S, SILENT_S, STALL_S, ProgressReporter, SlowStart
+from nakflow.wire import Data, Progress, decode, decode_data, encode
+from simulations.cores import CoreSimParams, simulate_cores
+
+
+def test_progress_and_a_starting_data_frame_round_trip_and_plain_data_is_unchanged():
+    p = Progress("s", "rx", "tx", 3, 120, 900, 4_000.5, 0.0125, 1.5)
+    assert decode(encode(p)) == p
+    starting = Data("s", "tx", 3, 0, 1.0, (b"a", b"b"), 250, True)
+    got = decode_data(encode(starting))  # the hot path leaves it to the full decoder
+    assert got == starting and got.startup
+    plain = Data("s", "tx", 3, 0, 1.0, (b"a",), 250)
+    assert decode_data(encode(plain)) == ("s", "tx", 3, 0, 1.0, [b"a"], 250)
+    assert decode(encode(plain)).startup is False
+
+
+def test_the_window_doubles_a_round_trip_and_stops_at_a_receivers_room():
+    st = SlowStart(16, max_rate_msgs=1e6)
+    assert st.allowance(0.0) == 16
+    st.on_sent(16)
+    assert st.allowance(0.0) == 0  # nothing confirmed: nothing more in flight
+    st.on_progress("a", 16, 10_000, 0.001, 0.002)
+    assert st.allowance(0.002) == 32  # 16 confirmed: the window is 32, none in flight
+    st.on_sent(32)
+    st.on_progress("b", 8, 10_000, 0.001, 0.003)  # a second receiver, behind
+    assert st.allowance(0.003) == 0
+    st.on_progress("a", 48, 10_000, 0.001, 0.004)
+    assert st.allowance(0.004) == 0  # b holds the window back
+    st.on_progress("b", 48, 4, 0.001, 0.005)  # caught up, with room for 4 more only
+    assert st.acked == 48 and st.cwnd == 64 and st.allowance(0.005) == 4
+
+
+def _delayed(delay_at, until: float = 1.0) -> SlowStart:
+    """A start over a path of 10 msgs a ms (reported each ms) whose one-way delay at
+    ``t`` is ``delay_at(t)``, the sender always wanting more; till it ends or ``until``.
+    The full-pipe rule is off (the path's rate is flat): the delay rules alone."""
+    st = SlowStart(16, max_rate_msgs=1e6)
+    st.rtt_s = 0.002
+    t, seq = 0.0, 0
+    while not st.done and t < until:
+        t += 0.001
+        st.on_sent(st.allowance(t))
+        assert st.allowance(t) == 0  # the sender would send more: the window holds it
+        seq = min(st.sent, seq + 10)
+        st.on_progress("a", seq, 10**9, delay_at(t), t)
+    return st
+
+
+def test_a_delay_rise_that_lasts_ends_the_start_below_the_rate_it_delivered(monkeypatch):
+    monkeypatch.setattr(startup, "FULL_ROUNDS", 10**6)
+    st = _delayed(lambda t: 0.001 if t < 0.015 else 0.030)
+    # the rise is seen within the round after it (>= 8 reports), then slower growth for
+    # CSS_ROUNDS rounds or CSS_MAX_S before it ends the start
+    assert st.why == "delay" and st.spurious == 0
+    assert st.ended_at is not None and st.ended_at < 0.015 + 0.025 + startup.CSS_MAX_S + 0.02
+    rate, plateau, ramp = st.outcome(5_000.0)
+    assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
+    assert plateau == pytest.approx(st.delivery_rate) and 5_000 < plateau < 15_000
+
+
+def test_a_delay_rise_that_falls_back_is_spurious_and_the_start_goes_on(monkeypatch):
+    """A receiver descheduled for 25 ms: its delay rises, then falls below what it rose
+    to; the start goes on growing at full speed (HyStart++'s CSS)."""
+    monkeypatch.setattr(startup, "FULL_ROUNDS", 10**6)
+    st = _delayed(lambda t: 0.030 if 0.015 <= t < 0.040 else 0.0005, until=0.2)
+    assert not st.done and st.spurious == 1 and st.css_rounds is None
+
+
+def test_nobody_answering_ends_the_start_after_a_stall_and_the_old_ramp_goes_on():
+    """An older receiver never answers PROGRESS: the sender sends its first window, waits
+    SILENT_S, and goes on with the ramp from initial_rate_msgs, as without a start."""
+    core = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="tx", epoch=1), now=0.0)
+    sent = 0
+    while core.offer(b"x", 0.0) == 0.0:
+        sent += 1
+    assert sent == NakConfig().start_window_msgs
+    assert core.policy.starting and core.get_timer() is not None
+    core.offer(b"x", 0.0)  # refused: the sender waits (saying HELLO), timers run
+    now = 0.0
+    for _ in range(100):
+        now = core.get_timer()
+        core.handle_timer(now)
+        if not core.policy.starting:
+            break
+    assert now == SILENT_S and not core.policy.starting
+    assert core.snapshot(SILENT_S)["policy"]["start"]["ended"] == "silent"
+    assert core.offer(b"x", SILENT_S + 0.01) == 0.0
+    assert core.policy.limits(now=SILENT_S + 0.01)[0] == NakConfig().start_rate_msgs
+
+
+def test_fast_receivers_end_the_start_quickly_lose_nothing_and_go_quiet():
+    """Four receivers that take 200,000 msgs/s each, 2 ms away: the start ends within a
+    few hundred ms on its own (a full pipe, or nothing left to fill), nothing is lost or
+    dropped, and no receiver reports after it (at most one PROGRESS a REPORT_S while it
+    lasted, plus the frames in flight)."""
+    out = simulate_cores(CoreSimParams(receivers=4, duration_s=1.5, consume_rate_msgs=200_000,
+                                       sender_max_rate_msgs=150_000, capacity_msgs=5_000),
+                         "nak")
+    start = out["start"]
+    assert start["ended"] in ("full", "unfilled", "delay") and start["ended_s"] < 0.5, start
+    for r in out["receivers"]:
+        assert r["queue_drops"] == r["lost"] == r["in_flight_drops"] == 0
+        assert 0 < r["progress_sent"] <= start["ended_s"] / REPORT_S + 10
+
+
+def test_a_slow_consumer_is_filled_no_further_than_half_and_the_limit_starts_near_it():
+    """A consumer of 5,000 msgs/s behind a sender of 100,000: the start never fills its
+    queue past its first NAK level (the room a receiver reports ends at half), so it drops
+    nothing, and the rate limit takes over near what it takes."""
+    out = simulate_cores(CoreSimParams(receivers=2, duration_s=2.0, consume_rate_msgs=5_000,
+                                       capacity_msgs=2_000), "nak")
+    start = out["start"]
+    assert start["ended"] in ("full", "stall", "nak"), start
+    assert start["delivery_rate"] <= 1.5 * 5_000, start
+    for r in out["receivers"]:
+        assert r["queue_drops"] == r["dropped_unrepaired"] == r["lost"] == 0
+
+
+def test_a_receiver_dead_in_the_start_holds_it_no_longer_than_the_stall():
+    out = simulate_cores(CoreSimParams(receivers=3, dead=1, dead_at_s=0.02, duration_s=1.5,
+                                       consume_rate_msgs=100_000), "nak")
+    start = out["start"]
+    assert start["ended"] == "stall" and start["ended_s"] <= 0.02 + STALL_S + 0.05, start
+    for r in out["receivers"][1:]:
+        assert r["lost"] == r["queue_drops"] == 0 and r["delivered"] == out["sent"]
+
+
+def test_a_receiver_reports_at_most_once_a_millisecond_and_stops_with_plain_data():
+    rep = ProgressReporter("s", "rx", max_streams=4)
+    key = ("tx", 1)
+    first = rep.on_data(key, 10, 0.002, (500, 0.0), 0.0)
+    assert first is not None and (first.next_seq, first.room, first.delay) == (10, 500, 0.002)
+    assert rep.on_data(key, 20, 0.001, (490, 0.0), 0.0004) is None  # within REPORT_S
+    assert rep.next_deadline() == REPORT_S
+    (held,) = rep.poll((480, 0.0), REPORT_S)
+    assert (held.next_seq, held.delay, held.room) == (20, 0.001, 480)
+    assert rep.poll((480, 0.0), 2 * REPORT_S) == []  # nothing new
+    rep.on_released()  # the queue made room: the sender hears of it
+    (room,) = rep.poll((600, 0.0), 3 * REPORT_S)
+    assert room.room == 600
+    rep.forget(key)  # its DATA no longer says startup
+    assert not rep.reporting and rep.next_deadline() is None
