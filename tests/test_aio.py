@@ -47,8 +47,11 @@ def test_a_slow_async_consumer_loses_nothing(mode):
     assert got == list(range(COUNT))
     assert (rs["dropped"], rs["lost"], rs["queue_peak"] <= 2_000) == (0, 0, True)
     assert ts["sent"] == COUNT
-    if mode == "nak":
-        assert sum(rs["naks_sent"].values()) > 0 and ts["cuts"] > 0  # the limit was applied
+    if mode == "nak":  # the flow control held the sender to the consumer: its start ended
+        # on it (a full pipe at the consumer's rate, its delay, a NAK), or a NAK cut it
+        start = ts["policy"]["start"]
+        assert start["ended"] in ("full", "delay", "nak") or ts["cuts"] > 0, (start, ts["cuts"])
+        assert rs["progress_sent"] > 0
     else:
         assert rs["credits_sent"] > 0 and ts["credit_stalled_s"] > 0
 
@@ -120,12 +123,15 @@ def test_try_send_says_not_now_without_waiting_when_credit_is_spent():
 
 def test_async_sender_repairs_what_a_lossy_receiver_missed():
     """A threaded receiver drops 2 % of DATA on arrival (a test hook); the AsyncSender
-    answers its repair requests from history, also while it lingers in close()."""
+    answers its repair requests from history, also while it lingers in close(). A frame
+    a message (linger 0): 5,000 frames, so some are dropped (natural batching made as few
+    as 50 once the start sent at full speed: none dropped in a third of such runs)."""
     async def main():
         rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak",
                       test_data_loss=0.02, repair=RepairConfig())
         try:
-            async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="nak") as tx:
+            async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="nak",
+                                   linger_s=0.0) as tx:
                 await tx.wait_for_receivers(1)
                 for i in range(5_000):
                     await tx.send(b"%d" % i)

@@ -62,8 +62,6 @@ GRTT_HOLD_S = 5.0
 #: A sender in its start may fill a receiver's queue up to this share (below the first
 #: NAK level, 50 %: the start ends on a full pipe there, not on an overflow).
 ROOM_SHARE = 0.4
-#: PROGRESS's room from a receiver whose consumer keeps up (its queue under a quarter).
-NO_BOUND = 1 << 40
 #: RTTs above this are taken as this (a forged or absurd advertisement), s.
 MAX_GRTT_S = 2.0
 
@@ -459,17 +457,18 @@ class ReceiverCore(Endpoint):
                                now + self.wall_offset), now)
 
     def _room(self, now: float) -> tuple[int, float]:
-        """For PROGRESS, once a quarter of the queue is full: the room left below ROOM_SHARE
-        of it, messages (a start fills no queue to its first NAK level), and what its
-        consumer takes from each sender, msgs/s. Below a quarter the consumer keeps up:
-        (NO_BOUND, 0.0), no bound on what may be in flight to it (a queue shorter than
-        the path's rate x RTT must not cap the start, as it caps ACK's window)."""
+        """For PROGRESS: the room left below ROOM_SHARE of the queue, messages (a start
+        fills no queue to its first NAK level; like ACK's window, it caps the start at
+        that many messages a round trip where the queue is shorter than the path's rate x
+        RTT), and, once a quarter of the queue is full, what its consumer takes from each
+        sender, msgs/s (0: it keeps up)."""
         depth, cap = self._depth + len(self._pending), self.capacity_msgs
+        room = max(0, int(cap * ROOM_SHARE) - depth)
         if depth * 4 < cap:
-            return NO_BOUND, 0.0
+            return room, 0.0
         sig = self.signals
         rate = (sig.drain.provisional(sig.window_s) or 0.0) / max(1, sig.arrival.senders(now))
-        return max(0, int(cap * ROOM_SHARE) - depth), rate
+        return room, rate
 
     def seen_depth(self, depth: int, *, now: float) -> int:
         """The fill the policy acts on (``FillSignals.seen_depth``)."""

@@ -191,10 +191,10 @@ class NakFlow(SenderFlow):
         self.start = None
         ctl = self.controller
         rate, plateau, ramp = st.outcome(ctl.config.start_rate_msgs)
-        if st.why == "nak":  # the NAK cuts next, from the rate really sent (as it would
-            sent = ctl.send_rate(now=now)  # cut a ramp): the delivery rate lags a round
-            if sent is not None and sent > rate:
-                rate = plateau = sent
+        if st.why == "nak" and not st.take:  # the NAK cuts next, from the rate really
+            sent = ctl.send_rate(now=now)  # sent (as it would cut a ramp): the delivery
+            if sent is not None and sent > rate:  # rate lags a round. Not above what a
+                rate = plateau = sent  # backlogged consumer said it takes
         ctl.begin(rate, plateau, now=now, ramp=ramp)
         self.bucket.set_rate(ctl.rate(now=now), now=now)
         self.start_report = st.snapshot(self.t0)

@@ -124,6 +124,8 @@ class SlowStart:
         self._round_t = 0.0
         self._round_acked = 0
         self._limited = False  # the window held the sender back this round
+        #: the last time it was held back, a receiver's room did it, not the window
+        self.room_limited = False
         self.bws: list[float] = []  # the delivery rate of each round, msgs/s
         self._full_bw = 0.0
         self._full_count = 0
@@ -143,15 +145,19 @@ class SlowStart:
         """How many more may be admitted at ``now`` (within the window)."""
         if self.t0 is None:
             self.t0 = self._last_move = self._round_t = now
-        cwnd = self.cwnd
+        cwnd, floor = self.cwnd, 0.0
         if self.ramp is not None and self.rtt_s:
             rate, factor, step = self.ramp
-            floor = rate * factor ** min((now - self.t0) / step, 200.0) * self.rtt_s
+            floor = min(rate * factor ** min((now - self.t0) / step, 200.0) * self.rtt_s,
+                        self.max_window)
             if floor > cwnd:
-                cwnd = self.cwnd = min(floor, self.max_window)
-        k = int(min(self.acked + cwnd, self.credit)) - self.sent
+                cwnd = self.cwnd = floor
+        # the receivers' room bounds the window, but not below the ramp's round trip: the
+        # ramp this start replaces did not wait for room either (its NAKs protect queues)
+        k = int(max(min(self.acked + cwnd, self.credit), self.acked + floor)) - self.sent
         if k <= 0:
             self._limited = True
+            self.room_limited = self.credit < self.acked + cwnd
             return 0
         rtt = self.rtt_s
         if rtt is not None and rtt >= PACE_MIN_RTT_S:

@@ -210,8 +210,7 @@ class Gone:
 class Progress:
     """(revision 5) While (``sender``, ``epoch``)'s DATA says ``startup``: every seq below
     ``next_seq`` reached ``receiver`` (or was lost on the way: the highest it saw), its
-    queue has ``room`` for that many more messages (2**40: its consumer keeps up, no
-    bound), its consumer takes ``rate`` msgs/s
+    queue has ``room`` for that many more messages, its consumer takes ``rate`` msgs/s
     (0: it keeps up, its queue is short), and the least one-way delay of its frames since
     the last PROGRESS was ``delay`` s (stamp to arrival, the two clocks' offset included:
     the sender compares a receiver's delays with each other only). At most one a
