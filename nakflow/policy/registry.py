@@ -33,7 +33,7 @@ from .fill import (
 )
 from .rate import NakRateController, recovery_bound_s
 from .signals import NEWS, NOT_NEWS, PAUSE
-from .startup import SlowStart
+from .startup import STALL_S, SlowStart
 
 PAUSED = SIGNAL_CODES["paused"]
 #: NAK signals about the path rather than the receiver's queue.
@@ -181,6 +181,9 @@ class NakFlow(SenderFlow):
         cfg = self.controller.config
         window = cfg.start_window_msgs
         if window is not None and cfg.start_rate_msgs < cfg.max_rate_msgs:
+            # the first window, sent before any receiver said what it takes, is no more
+            # than the ramp's first rate sends in STALL_S (5 msgs/s: 1 message)
+            window = max(1, min(window, math.ceil(cfg.start_rate_msgs * STALL_S)))
             self.start = SlowStart(window, max_rate_msgs=cfg.max_rate_msgs,
                                    ramp=(cfg.start_rate_msgs, cfg.ramp_factor, cfg.step_s))
 

@@ -11,22 +11,29 @@ receiver's queue has room for (ACK's credit):
 
 - the window starts at ``NakConfig.start_window_msgs`` and grows by what the slowest
   receiver confirms: it doubles each round trip (a round ends when the slowest receiver
-  has everything sent when it began);
-- the start ends on the first of: a receiver's least one-way delay over
-  ``DELAY_SAMPLES`` reports up by clamp(RTT/8, 4 ms, 16 ms) on the least it showed, and
-  still up after ``CSS_ROUNDS`` rounds (``CSS_MAX_S`` at most) of growing a
-  quarter as fast (HyStart++, RFC 9406 4.2-4.3: a rise that falls back below what it rose
-  to was spurious, a process descheduled, and the start goes on); three window-limited
-  rounds
-  whose delivery rate grew
-  less than 1.25x (BBR's full pipe); three rounds the application did not fill the window
-  (nothing in the path limits it); a NAK; no confirmation for ``STALL_S`` or
-  ``STALL_RTTS`` round trips, whichever is longer (``SILENT_S`` before any answer: a receiver
-  died, or none answers: an older one); ``MAX_S``;
-- the rate limit then starts at the delivery rate of the last rounds (``SlowStart.
-  outcome``; a round lasts at least ``ROUND_MIN_S``): below it by ``DRAIN`` after a delay
-  rise or a full pipe (the queue the last round built drains), or ramping on from it
-  where nothing limited the sender.
+  has everything sent when it began, and lasts ``ROUND_MIN_S`` and an RTT at least); it
+  is never less than an RTT of the ramp it replaces, and is paced at ``PACE_GAIN`` x
+  window / RTT on paths of ``PACE_MIN_RTT_S`` or more;
+- the start ends on the first of:
+
+  - a receiver's least one-way delay over ``DELAY_SAMPLES`` reports up by
+    clamp(RTT/8, 4 ms, 16 ms) on the least it showed, and still up after
+    ``CSS_ROUNDS`` rounds (``CSS_MAX_S`` at most) of growing a quarter as fast
+    (HyStart++, RFC 9406 4.2-4.3: a rise that falls back below what it rose to was
+    spurious, a process descheduled, and the start goes on);
+  - three window-limited rounds whose delivery rate grew less than 1.25x (BBR's full
+    pipe);
+  - three rounds the application did not fill the window (nothing in the path limits
+    it);
+  - a NAK;
+  - no confirmation for ``STALL_S`` or ``STALL_RTTS`` round trips, whichever is longer
+    (``SILENT_S`` before any answer): a receiver died, or none answers (an older one);
+  - ``MAX_S``;
+
+- the rate limit then starts at the delivery rate of the last rounds
+  (``SlowStart.outcome``): below it by ``DRAIN`` after a delay rise, a full pipe or a
+  stall (the queue the last rounds built drains), at the rate really sent after a NAK
+  (which then cuts it), or ramping on from it where nothing limited the sender.
 
 Receivers say nothing after the start: a healthy receiver's feedback is its first round
 trips' PROGRESS and nothing more. Sans-I/O: every call takes ``now``.
