@@ -131,8 +131,6 @@ class SlowStart:
         self._round_t = 0.0
         self._round_acked = 0
         self._limited = False  # the window held the sender back this round
-        #: the last time it was held back, a receiver's room did it, not the window
-        self.room_limited = False
         self.bws: list[float] = []  # the delivery rate of each round, msgs/s
         self._full_bw = 0.0
         self._full_count = 0
@@ -164,7 +162,6 @@ class SlowStart:
         k = int(max(min(self.acked + cwnd, self.credit), self.acked + floor)) - self.sent
         if k <= 0:
             self._limited = True
-            self.room_limited = self.credit < self.acked + cwnd
             return 0
         rtt = self.rtt_s
         if rtt is not None and rtt >= PACE_MIN_RTT_S:
