@@ -39,6 +39,26 @@ def test_the_window_doubles_a_round_trip_and_stops_at_a_receivers_room():
     assert st.acked == 48 and st.cwnd == 64 and st.allowance(0.005) == 4
 
 
+def test_what_arrives_in_a_queue_with_room_is_not_the_rate_the_limit_starts_at():
+    """A receiver behind a link of 30 msgs a ms whose consumer takes 5 a ms, its queue
+    with room for 800: the rounds deliver at the link's rate, flat (a full pipe), while
+    the queue fills. What arrived is no rate to go on at: the limit starts at what the
+    queue took (its room's edge moved). CI saw a start end at 17,000 msgs/s for a 5,000
+    msgs/s consumer, and the queue run full after it."""
+    st = SlowStart(16, max_rate_msgs=1e6)
+    t, seq, depth = 0.0, 0, 0
+    while not st.done and t < 1.0:
+        t += 0.001
+        st.on_sent(st.allowance(t))
+        assert st.allowance(t) == 0  # the sender would send more
+        arrived = min(30, st.sent - seq)
+        taken = min(5, depth + arrived)
+        seq, depth = seq + arrived, depth + arrived - taken
+        st.on_progress("a", seq, max(0, 800 - depth), 0.0005, t)
+    assert st.why == "full" and st.bws[-2] == pytest.approx(30_000)  # the link's rate
+    assert st.delivery_rate == pytest.approx(5_000)
+
+
 def _delayed(delay_at, until: float = 1.0) -> SlowStart:
     """A start over a path of 10 msgs a ms (reported each ms) whose one-way delay at
     ``t`` is ``delay_at(t)``, the sender always wanting more; till it ends or ``until``.

@@ -30,10 +30,11 @@ receiver's queue has room for (ACK's credit):
     (``SILENT_S`` before any answer): a receiver died, or none answers (an older one);
   - ``MAX_S``;
 
-- the rate limit then starts at the delivery rate of the last rounds
-  (``SlowStart.outcome``): below it by ``DRAIN`` after a delay rise, a full pipe or a
-  stall (the queue the last rounds built drains), at the rate really sent after a NAK
-  (which then cuts it), or ramping on from it where nothing limited the sender.
+- the rate limit then starts at the delivery rate of the last rounds, no more than the
+  slowest queue took in them (``SlowStart.outcome``): below it by ``DRAIN`` after a
+  delay rise, a full pipe or a stall (the queue the last rounds built drains), at the
+  rate really sent after a NAK (which then cuts it), or ramping on from it where
+  nothing limited the sender.
 
 Receivers say nothing after the start: a healthy receiver's feedback is its first round
 trips' PROGRESS and nothing more. Sans-I/O: every call takes ``now``.
@@ -132,6 +133,11 @@ class SlowStart:
         self._round_acked = 0
         self._limited = False  # the window held the sender back this round
         self.bws: list[float] = []  # the delivery rate of each round, msgs/s
+        #: how fast the credit (the least seq a queue has room up to) grew in each round,
+        #: msgs/s: what the slowest queue's consumer took, where ``bws`` is what arrived
+        #: (a queue with room takes a burst far above its consumer's rate)
+        self.took: list[float] = []
+        self._round_credit = math.inf
         self._full_bw = 0.0
         self._full_count = 0
         self._unfilled = 0
@@ -307,6 +313,8 @@ class SlowStart:
         if span > 0:
             bw = (self.acked - self._round_acked) / span
             self.bws.append(bw)
+            if self._round_credit < math.inf and self.credit < math.inf:
+                self.took.append(max(0.0, self.credit - self._round_credit) / span)
             if self._limited:
                 self._unfilled = 0
                 if bw >= self._full_bw * FULL_GROWTH:
@@ -317,6 +325,7 @@ class SlowStart:
                 self._unfilled += 1
         self.rounds += 1
         self._round_end, self._round_t, self._round_acked = self.sent, now, self.acked
+        self._round_credit = self.credit
         self._limited = False
         if self.css_rounds is not None:
             self.css_rounds += 1
@@ -341,11 +350,15 @@ class SlowStart:
         """The delivery rate the start ends with, msgs/s (0: not measured): after a full
         pipe the mean of the last FULL_ROUNDS rounds (the plateau), else the highest of
         them (it was still growing), else what was confirmed over the whole start; no more
-        than the slowest consumer with a backlog takes."""
+        than the slowest queue took in those rounds (what arrived in a queue with room is
+        no rate its consumer keeps up with), nor than its consumer with a backlog takes."""
         bws = self.bws[-FULL_ROUNDS:]
         bw = 0.0
         if bws:  # flat after a full pipe: their mean; else still growing: the last
             bw = sum(bws) / len(bws) if self.why == "full" else max(bws)
+            took = self.took[-FULL_ROUNDS:]
+            if took:
+                bw = min(bw, max(took))
         elif self.t0 is not None and self.ended_at is not None and self.ended_at > self.t0:
             bw = self.acked / (self.ended_at - self.t0)
         if self.take:
