@@ -249,7 +249,7 @@ class Receiver:
                     core.late(lateness.woke(now), now)
                     if self._data in ready:
                         lateness.data_read(now)
-                        self._read_data(now)
+                        now = self._read_data()
                     if self._hear is not None and self._hear in ready:
                         for buf in drain(self._hear, 1000):
                             core.receive_overheard(buf, now)
@@ -262,18 +262,24 @@ class Receiver:
         finally:
             lateness.close()
 
-    def _read_data(self, now: float) -> None:
-        """Read until a chunk of *messages* is pending (a batched frame holds many)."""
-        core = self.core
+    def _read_data(self) -> float:
+        """Read until a chunk of *messages* is pending (a batched frame holds many); each
+        frame with the time it was read (a frame that came while the chunk was read is
+        not older than it is); the time of the last."""
+        core, clock = self.core, time.monotonic
         pending, chunk, recv, frames = core.deliveries(), core.read_chunk, self._data.recv, 0
+        now = clock()
         try:
             while len(pending) < chunk and frames < chunk:
-                core.receive_data(recv(zmq.NOBLOCK), now)
+                buf = recv(zmq.NOBLOCK)
+                now = clock()
+                core.receive_data(buf, now)
                 frames += 1
         except zmq.Again:
             pass
         core.io_behind((len(pending) >= chunk or frames >= chunk)
                        and bool(int(self._data.get(zmq.EVENTS)) & zmq.POLLIN), now)
+        return now
 
     def _step(self, now: float) -> None:
         self.core.exchange(self._queue, now)
