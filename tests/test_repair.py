@@ -26,6 +26,7 @@ from nakflow import (
 )
 from nakflow.core.history import SendHistory
 from nakflow.core.repair import RepairRequester
+from nakflow.core.repair_server import RepairServer
 from nakflow.core.seqtrack import SequenceTracker
 from nakflow.wire import Data, Gone, Hello, Nak, RData, Repair, decode, encode
 from nakflow.wire.codec import SIGNAL_CODES, decode_data
@@ -524,3 +525,22 @@ def test_a_sender_whose_history_is_full_of_held_frames_slows_to_its_floor():
     assert 45 <= admitted <= 55 + 3  # min_rate_msgs (50/s) and its burst
     assert tx.framer.seq - sent == admitted
     assert tx.snapshot(now)["blocked_s"] > 0.5
+
+
+def test_what_the_repair_queue_had_no_room_for_is_queued_when_asked_again():
+    """The queue takes no more than the history holds; what a request asked for past that
+    is asked for again, and must then be queued, not taken for a repair on its way (it
+    was: a stalled consumer's 430 drops were refused as in flight till its requester gave
+    up on them, tests/test_close.py)."""
+    server = RepairServer(cfg(history_msgs=20))
+    for seq in (0, 10):
+        server.history.add(seq, 0.0, [b"x"] * 10, 10, now=0.0)
+    ask = Repair("s", "r", "p", 1, ((0, 20),), 0.0)
+    server.on_request(Repair("s", "a", "p", 1, ((0, 20),), 0.0, to_me=True), now=1.0)
+    assert server.pending == 20  # the history's worth: nothing more fits
+    assert server.on_request(ask, now=1.0) == [] and server.pending == 20
+    assert sum(len(sl.payloads) for sl, _ in server.take(20, now=1.0)) == 20
+    server.on_request(ask, now=1.1)  # asked again, with room
+    assert server.pending == 20
+    assert [(sl.seq, len(sl.payloads), to) for sl, to in server.take(20, now=1.1)] == [
+        (0, 10, None), (10, 10, None)]

@@ -277,15 +277,17 @@ class SendHistory:
             i += 1
         return out
 
-    def lookup(self, ranges: Sequence[Range], *, now: float,
-               who: str = "") -> tuple[list[Slice], list[Range]]:
-        """What to re-send for requested ``ranges``, and the parts no longer held (GONE).
+    def lookup(self, ranges: Sequence[Range], *, now: float, who: str = "",
+               limit: int = 1 << 62) -> tuple[list[Slice], list[Range]]:
+        """What to re-send for requested ``ranges``, no more than ``limit`` messages, and
+        the parts no longer held (GONE).
 
         A slice still waiting to be re-sent, or re-sent within ``resend_window_s``, is not
         queued again (the request crossed the repair, or was repeated while repairs wait
         for the rate limit); seqs never sent are ignored. Call ``mark_sent`` when a slice
         went out. ``who``: the receiver a repair is for alone ("": everyone): its
-        requests count apart from the others'.
+        requests count apart from the others'. What ``limit`` leaves out is not marked
+        (it is asked for again, and must not be taken for a repair on its way).
         """
         self.trim(now)
         window = self.config.resend_window_s
@@ -299,12 +301,16 @@ class SendHistory:
             if lo >= hi:
                 continue
             for e, s_lo, s_hi in self._covering(lo, hi, gone):
+                if s_hi - s_lo > limit:
+                    limit = 0
+                    continue
                 last = self._resent.get((who, e.seq))
                 if last is not None and now - last[0] < window and last[1] <= s_lo \
                         and s_hi <= last[2]:
                     self.resend_suppressed += s_hi - s_lo
                     continue
                 self._resent[(who, e.seq)] = [PENDING, s_lo, s_hi]
+                limit -= s_hi - s_lo
                 out.append(Slice(s_lo, e.ts, e.payloads[s_lo - e.seq:s_hi - e.seq]))
                 self.resent_msgs += s_hi - s_lo
                 if e.seq in self._kept:
