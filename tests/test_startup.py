@@ -57,6 +57,33 @@ def test_what_arrives_in_a_queue_with_room_is_not_the_rate_the_limit_starts_at()
         st.on_progress("a", seq, max(0, 800 - depth), 0.0005, t)
     assert st.why == "full" and st.bws[-2] == pytest.approx(30_000)  # the link's rate
     assert st.delivery_rate == pytest.approx(5_000)
+    assert st.outcome(1_000.0) == (pytest.approx(startup.DRAIN * 5_000), pytest.approx(5_000),
+                                   False)  # the queue drains below its consumer's rate
+
+
+def test_a_long_path_over_short_queues_that_keep_up_ramps_on_after_the_start():
+    """50 ms round trips, consumers that take all that comes, queues with room for 800:
+    the room holds the window at 800 a round trip (16,000 msgs/s), flat. No pipe is full
+    and no queue fills: the rate limit ramps on from there (it stayed at 0.9 of it and
+    crept up the CUBIC curve: the latency sweep's 50 ms RTT fell from 46,610 msgs/s to
+    35,466)."""
+    st = SlowStart(16, max_rate_msgs=1e6)
+    st.set_rtt(0.05)
+    t, flight = 0.0, []  # (arrives at, seq)
+    seq = 0
+    while not st.done and t < 2.0:
+        t = round(t + 0.001, 6)
+        n = st.allowance(t)
+        st.on_sent(n)
+        st.allowance(t)  # the sender would send more
+        if n:
+            flight.append((t + 0.05, st.sent))  # the round trip (the answer: at once)
+        while flight and flight[0][0] <= t:
+            seq = flight.pop(0)[1]
+        st.on_progress("a", seq, 800, 0.05, t)  # its queue is empty: room for 800
+    assert st.why == "full" and st.room_held
+    rate, plateau, ramp = st.outcome(1_000.0)
+    assert ramp and rate == plateau == pytest.approx(16_000, rel=0.1)
 
 
 def _delayed(delay_at, until: float = 1.0) -> SlowStart:

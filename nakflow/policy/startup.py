@@ -34,7 +34,8 @@ receiver's queue has room for (ACK's credit):
   slowest queue took in them (``SlowStart.outcome``): below it by ``DRAIN`` after a
   delay rise, a full pipe or a stall (the queue the last rounds built drains), at the
   rate really sent after a NAK (which then cuts it), or ramping on from it where
-  nothing limited the sender.
+  nothing limited the sender, or only the receivers' room while their queues kept up
+  (``room_held``: a long path over short queues).
 
 Receivers say nothing after the start: a healthy receiver's feedback is its first round
 trips' PROGRESS and nothing more. Sans-I/O: every call takes ``now``.
@@ -80,6 +81,8 @@ DRAIN = 0.9
 #: rate is taken over no less (a receiver's queue that had room at first takes a burst
 #: far above its rate; confirmations come in bursts).
 ROUND_MIN_S = 0.01
+#: A queue that took at least this share of what arrived in the last rounds kept up.
+KEPT_UP = 0.9
 #: The window is at most this many seconds of max_rate_msgs.
 MAX_WINDOW_S = 1.0
 #: On a path whose RTT is at least PACE_MIN_RTT_S, the window goes out paced at
@@ -132,6 +135,8 @@ class SlowStart:
         self._round_t = 0.0
         self._round_acked = 0
         self._limited = False  # the window held the sender back this round
+        self._roomed = False  # ... and the receivers' room, not the window, held it
+        self.room_rounds = 0  # the last rounds in a row the room held the sender back
         self.bws: list[float] = []  # the delivery rate of each round, msgs/s
         #: how fast the credit (the least seq a queue has room up to) grew in each round,
         #: msgs/s: what the slowest queue's consumer took, where ``bws`` is what arrived
@@ -168,6 +173,8 @@ class SlowStart:
         k = int(max(min(self.acked + cwnd, self.credit), self.acked + floor)) - self.sent
         if k <= 0:
             self._limited = True
+            if self.credit < self.acked + cwnd:
+                self._roomed = True
             return 0
         rtt = self.rtt_s
         if rtt is not None and rtt >= PACE_MIN_RTT_S:
@@ -326,7 +333,8 @@ class SlowStart:
         self.rounds += 1
         self._round_end, self._round_t, self._round_acked = self.sent, now, self.acked
         self._round_credit = self.credit
-        self._limited = False
+        self.room_rounds = self.room_rounds + 1 if self._roomed else 0
+        self._limited = self._roomed = False
         if self.css_rounds is not None:
             self.css_rounds += 1
             if self.css_rounds >= CSS_ROUNDS:
@@ -365,6 +373,15 @@ class SlowStart:
             bw = min(bw, min(self.take.values())) if bw else min(self.take.values())
         return bw
 
+    @property
+    def room_held(self) -> bool:
+        """The last FULL_ROUNDS rounds, the receivers' room held the window back, not the
+        path, and the slowest queue took what arrived (KEPT_UP of it): a long path's round
+        trip over a short queue, not a full pipe or a slow consumer."""
+        bws, took = self.bws[-FULL_ROUNDS:], self.took[-FULL_ROUNDS:]
+        return (self.room_rounds >= FULL_ROUNDS and bool(bws) and bool(took)
+                and max(took) >= KEPT_UP * sum(bws) / len(bws))
+
     def outcome(self, start_rate: float) -> tuple[float, float, bool]:
         """(the rate the limit starts at, the plateau it heads for, whether it ramps on
         from there), once ``done``: the delivery rate, ``DRAIN`` below it after a delay
@@ -376,6 +393,8 @@ class SlowStart:
             return start_rate, start_rate, True
         if self.why == "nak":  # the NAK cuts it next
             return bw, bw, False
+        if self.why == "full" and self.room_held:  # no pipe was full: the queues' room
+            return bw, bw, True  # held the window, and they kept up: ramp on as before
         if self.why in ("delay", "full", "stall"):
             return bw * DRAIN, bw, False
         return bw, bw, True  # unfilled, time: nothing limited the sender
