@@ -322,6 +322,21 @@ def test_rate_memory_recalls_a_recent_paths_rate_and_forgets_old_and_many():
     assert mem.recall(("s", ("tcp://a",)), now=101.0) is None and mem.recall("c", now=1) == 2
 
 
+def test_a_nak_while_less_than_the_floor_was_sent_cuts_the_limit_to_the_floor():
+    """The sender sent next to nothing yet (its meter: below min_rate_msgs) and a NAK(100)
+    comes: the limit goes down to the floor. It held where it was (a cut to the floor
+    from a base at the floor looked like no cut), and a sender under forged NAK(100)s
+    that ended its start before it sent anything kept 5,000 msgs/s, 0 cuts."""
+    cfg = NakConfig(initial_rate_msgs=5_000, min_rate_msgs=2_000)
+    ctrl = NakRateController(cfg)
+    assert ctrl.rate(now=0.0) == 5_000
+    measured(ctrl, 1_000, 0.0, 0.05)  # 1,000 msgs/s: below the floor
+    assert ctrl.on_nak(100, now=0.05)
+    assert ctrl.rate(now=0.05) == 2_000 and ctrl.cuts == 1
+    assert not ctrl.on_nak(100, now=0.06)  # at the floor: nothing left to cut
+    assert ctrl.rate(now=0.06) == 2_000 and ctrl.cuts == 1
+
+
 def test_validated_rate_is_the_limit_but_no_more_than_was_really_sent():
     ctrl = NakRateController(NakConfig(initial_rate_msgs=5_000))
     assert ctrl.validated_rate(now=0.0) is None  # nothing sent over a period yet

@@ -250,10 +250,14 @@ class NakRateController:
         measured = self._meter.current(now)
         if measured is not None and measured < base:
             base = max(measured, cfg.min_rate_msgs)
-        if cut_to(cfg, factor_level, base, rate) >= base:
+        target = cut_to(cfg, factor_level, base, rate)
+        if target >= current or (rate > 0 and target >= base):
             # the receiver takes more than is sent now (the floor of its reported rate):
             # a queue that is still draining, not news; cutting "to the base" would only
-            # shave the meter's error off the limit each time (a slow spiral)
+            # shave the meter's error off the limit each time (a slow spiral). (Not a
+            # base at the floor with no rate reported: less than min_rate_msgs was sent,
+            # and the limit above goes down to it; it held there, at 5,000 msgs/s, under
+            # a forged NAK(100) that ended the start before it sent anything.)
             return self._hold(now, current, rate, source, path)
         self._window_start = now
         self._window_base = base
