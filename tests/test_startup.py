@@ -107,7 +107,7 @@ def test_a_delay_rise_that_lasts_ends_the_start_below_the_rate_it_delivered(monk
     st = _delayed(lambda t: 0.001 if t < 0.015 else 0.030)
     # the rise is seen within the round after it (>= 8 reports), then slower growth for
     # CSS_ROUNDS rounds or CSS_MAX_S before it ends the start
-    assert st.why == "delay" and st.spurious == 0
+    assert st.why == "delay" and st.rise.spurious == 0
     assert st.ended_at is not None and st.ended_at < 0.015 + 0.025 + startup.CSS_MAX_S + 0.02
     rate, plateau, ramp = st.outcome(5_000.0)
     assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
@@ -119,7 +119,22 @@ def test_a_delay_rise_that_falls_back_is_spurious_and_the_start_goes_on(monkeypa
     to; the start goes on growing at full speed (HyStart++'s CSS)."""
     monkeypatch.setattr(startup, "FULL_ROUNDS", 10**6)
     st = _delayed(lambda t: 0.030 if 0.015 <= t < 0.040 else 0.0005, until=0.2)
-    assert not st.done and st.spurious == 1 and st.css_rounds is None
+    assert not st.done and st.rise.spurious == 1 and st.rise.css_rounds is None
+
+
+def test_a_delay_rise_ends_the_start_on_time_however_few_reports_follow_it():
+    """A slow link's reports come in bursts (50 ms apart in the lab): a rise seen, the
+    start ends CSS_MAX_S later on its timer, not at the next report."""
+    st = SlowStart(16, max_rate_msgs=1e6)
+    t = 0.0
+    for i in range(2 * startup.DELAY_SAMPLES):
+        t = (i + 1) / 1000
+        st.on_sent(st.allowance(t))
+        st.on_progress("a", i + 1, 10**6, 0.001 if i < startup.DELAY_SAMPLES else 0.030, t)
+    assert st.rise.css_rounds == 0 and not st.done  # the rise: growth slows, no more
+    end = st.deadline()
+    assert end == pytest.approx(t + startup.CSS_MAX_S)
+    assert not st.check(end - 0.001) and st.check(end) and st.why == "delay"
 
 
 def test_nobody_answering_ends_the_start_after_a_stall_and_the_old_ramp_goes_on():

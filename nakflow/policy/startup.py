@@ -101,6 +101,81 @@ FORGET_S = 1.0
 Key = tuple[str, int]
 
 
+class DelayRise:
+    """The start's delay exit, HyStart++ (RFC 9406 4.2-4.3) over the receivers' reports:
+    ``sample`` takes a report's least one-way delay; each receiver's blocks of
+    DELAY_SAMPLES reports are judged against the least it ever showed (its clock offset
+    cancels). A block whose least is ``threshold()`` above that begins the conservative
+    growth (CSS, ``css_rounds`` not None); in it, a block of every receiver that rose
+    back below what it rose to was spurious (a process descheduled: the start goes on),
+    and CSS_ROUNDS rounds (``on_round``) or CSS_MAX_S of it (``deadline``) end the
+    start."""
+
+    def __init__(self) -> None:
+        self.rtt_s: float | None = None  # the path's least RTT (the threshold's scale)
+        # per receiver: [least delay this block, samples in it, least ever]
+        self._rows: dict[str, list[float]] = {}
+        #: in CSS: rounds since the rise, when, and each risen receiver's least delay in
+        #: the block it rose (HyStart++'s cssBaselineMinRtt)
+        self.css_rounds: int | None = None
+        self._css_at = 0.0
+        self._base: dict[str, float] = {}
+        self.spurious = 0  # delay rises that fell back (the start went on)
+        self.max_rise = 0.0  # the largest rise of a block's least delay seen, s
+
+    def threshold(self) -> float:
+        """How far a block's least delay must rise to count, s: clamp(RTT / 8)."""
+        lo, hi = DELAY_RISE_S
+        return min(max((self.rtt_s or 0.0) / 8, lo), hi)
+
+    def sample(self, receiver: str, delay: float, now: float) -> bool:
+        """A report's least delay; True if the rise lasted CSS_MAX_S (the start ends)."""
+        row = self._rows.get(receiver)
+        if row is None:
+            row = self._rows[receiver] = [math.inf, 0.0, math.inf]
+        if delay < row[2]:
+            row[2] = delay
+        if delay < row[0]:
+            row[0] = delay
+        row[1] += 1
+        if now >= self.deadline():
+            return True
+        if row[1] < DELAY_SAMPLES:
+            return False
+        least, row[0], row[1] = row[0], math.inf, 0.0
+        self.max_rise = max(self.max_rise, least - row[2])
+        base = self._base
+        if self.css_rounds is None:
+            if least >= row[2] + self.threshold():
+                self.css_rounds, self._css_at = 0, now  # slower growth: is the rise real?
+                base.clear()
+                base[receiver] = least
+        elif receiver in base:
+            if least < base[receiver]:
+                del base[receiver]  # back below what it rose to
+                if not base:  # every receiver that rose fell back: spurious
+                    self.css_rounds, self.spurious = None, self.spurious + 1
+        elif least >= row[2] + self.threshold():
+            base[receiver] = least
+        return False
+
+    def on_round(self) -> bool:
+        """A round is over; True if CSS lasted CSS_ROUNDS of them (the start ends)."""
+        if self.css_rounds is None:
+            return False
+        self.css_rounds += 1
+        return self.css_rounds >= CSS_ROUNDS
+
+    def deadline(self) -> float:
+        """When CSS has lasted CSS_MAX_S (inf: not in CSS): the start ends then, however
+        few reports come (a slow link's come in bursts, 50 ms apart in the lab)."""
+        return math.inf if self.css_rounds is None else self._css_at + CSS_MAX_S
+
+    def forget(self, receiver: str) -> None:
+        self._rows.pop(receiver, None)
+        self._base.pop(receiver, None)
+
+
 class SlowStart:
     """The sender's side: ``allowance`` says how many more may go now; ``on_sent`` /
     ``unsend`` count what went; ``on_progress`` takes a receiver's PROGRESS; ``check``
@@ -146,15 +221,7 @@ class SlowStart:
         self._full_bw = 0.0
         self._full_count = 0
         self._unfilled = 0
-        # per receiver: [least delay this block, samples in it, least ever]
-        self._delay: dict[str, list[float]] = {}
-        #: after a delay rise (CSS): rounds since, when, and each receiver's least delay in
-        #: the round it rose (HyStart++'s cssBaselineMinRtt)
-        self.css_rounds: int | None = None
-        self._css_at = 0.0
-        self._css_base: dict[str, float] = {}
-        self.spurious = 0  # delay rises that fell back (the start went on)
-        self.max_rise = 0.0  # the largest rise of a block's least delay seen, s
+        self.rise = DelayRise()
 
     # -- the sender's questions -----------------------------------------------------------
     def allowance(self, now: float) -> int:
@@ -204,7 +271,8 @@ class SlowStart:
         """When ``check`` should next run (None: not started, or over)."""
         if self.done or self._last_move is None or self.t0 is None:
             return None
-        return min(self._last_move + self.stall_s, self.t0 + MAX_S)
+        return min(self._last_move + self.stall_s, self.t0 + MAX_S,
+                   self.rise.deadline())
 
     @property
     def stall_s(self) -> float:
@@ -217,6 +285,8 @@ class SlowStart:
             return False
         if now >= self.t0 + MAX_S:
             return self.end("time", now)
+        if now >= self.rise.deadline():
+            return self.end("delay", now)
         if now >= self._last_move + self.stall_s:
             return self.end("stall" if self.pos else "silent", now)
         return False
@@ -246,15 +316,15 @@ class SlowStart:
         least = min(pos.values())
         if least > self.acked:
             grow: float = least - self.acked
-            if self.css_rounds is not None:
+            if self.rise.css_rounds is not None:
                 grow /= CSS_DIVISOR
             self.cwnd = min(self.cwnd + grow, self.max_window)
             self.acked = least
             self._last_move = now
         elif self.credit > credit:
             self._last_move = now  # a queue made room: no stall
-        if moved and self._delay_sample(receiver, delay, now):
-            return True
+        if moved and self.rise.sample(receiver, delay, now):
+            return self.end("delay", now)
         if (self.acked >= self._round_end and self.acked > self._round_acked
                 and now - self._round_t >= max(ROUND_MIN_S, self.rtt_s or 0.0)):
             return self._round_over(now)
@@ -265,55 +335,16 @@ class SlowStart:
         self.pos.pop(receiver, None)
         self.room.pop(receiver, None)
         self.take.pop(receiver, None)
-        self._delay.pop(receiver, None)
+        self.rise.forget(receiver)
         self.credit = min(self.room.values(), default=math.inf)
         if self.pos:
             self.acked = max(self.acked, min(self.pos.values()))
-
-    def _delay_sample(self, receiver: str, delay: float, now: float) -> bool:
-        """A report's least delay (HyStart++ over blocks of DELAY_SAMPLES reports, each
-        receiver against the least it ever showed: its clock offset cancels). A block
-        whose least is ``_rise()`` above that begins the conservative growth (CSS); in
-        it, a block of every receiver that rose back below what it rose to was spurious,
-        and CSS_ROUNDS rounds or CSS_MAX_S of it end the start. True if it ended."""
-        row = self._delay.get(receiver)
-        if row is None:
-            row = self._delay[receiver] = [math.inf, 0.0, math.inf]
-        if delay < row[2]:
-            row[2] = delay
-        if delay < row[0]:
-            row[0] = delay
-        row[1] += 1
-        css = self._css_base
-        if self.css_rounds is not None and now - self._css_at >= CSS_MAX_S:
-            return self.end("delay", now)
-        if row[1] < DELAY_SAMPLES:
-            return False
-        least, row[0], row[1] = row[0], math.inf, 0.0
-        self.max_rise = max(self.max_rise, least - row[2])
-        if self.css_rounds is None:
-            if least >= row[2] + self._rise():
-                self.css_rounds, self._css_at = 0, now  # slower growth: is the rise real?
-                css.clear()
-                css[receiver] = least
-        elif receiver in css:
-            if least < css[receiver]:
-                del css[receiver]  # back below what it rose to
-                if not css:  # every receiver that rose fell back: spurious
-                    self.css_rounds, self.spurious = None, self.spurious + 1
-        elif least >= row[2] + self._rise():
-            css[receiver] = least
-        return False
 
     def set_rtt(self, rtt_s: float) -> None:
         """An RTT measured (HELLO answers): the least is kept, the path's own; a later one
         waited in the queue the start may be building."""
         if rtt_s >= 0 and (self.rtt_s is None or rtt_s < self.rtt_s):
-            self.rtt_s = rtt_s
-
-    def _rise(self) -> float:
-        lo, hi = DELAY_RISE_S
-        return min(max((self.rtt_s or 0.0) / 8, lo), hi)
+            self.rtt_s = self.rise.rtt_s = rtt_s
 
     def _round_over(self, now: float) -> bool:
         span = now - self._round_t
@@ -335,10 +366,8 @@ class SlowStart:
         self._round_credit = self.credit
         self.room_rounds = self.room_rounds + 1 if self._roomed else 0
         self._limited = self._roomed = False
-        if self.css_rounds is not None:
-            self.css_rounds += 1
-            if self.css_rounds >= CSS_ROUNDS:
-                return self.end("delay", now)
+        if self.rise.on_round():
+            return self.end("delay", now)
         if self._full_count >= FULL_ROUNDS:
             return self.end("full", now)
         if self._unfilled >= FULL_ROUNDS:
@@ -403,8 +432,8 @@ class SlowStart:
         return {"ended": self.why, "rounds": self.rounds, "window": int(self.cwnd),
                 "delivery_rate": round(self.delivery_rate, 1),
                 "receivers": len(self.pos), "sent": self.ended_sent,
-                "spurious_delay_rises": self.spurious,
-                "max_delay_rise_ms": round(self.max_rise * 1000, 3),
+                "spurious_delay_rises": self.rise.spurious,
+                "max_delay_rise_ms": round(self.rise.max_rise * 1000, 3),
                 "ended_s": None if self.ended_at is None else round(self.ended_at - t0, 6)}
 
 
