@@ -7,8 +7,9 @@ import pytest
 
 from nakflow import NakConfig, SenderConfig, SenderCore
 from nakflow.policy import startup
+from nakflow.policy.registry import NakFlow
 from nakflow.policy.startup import REPORT_S, SILENT_S, STALL_S, ProgressReporter, SlowStart
-from nakflow.wire import Data, Progress, decode, decode_data, encode
+from nakflow.wire import Data, Nak, Progress, decode, decode_data, encode
 from simulations.cores import CoreSimParams, simulate_cores
 
 
@@ -135,6 +136,33 @@ def test_a_delay_rise_ends_the_start_on_time_however_few_reports_follow_it():
     end = st.deadline()
     assert end == pytest.approx(t + startup.CSS_MAX_S)
     assert not st.check(end - 0.001) and st.check(end) and st.why == "delay"
+
+
+def test_a_nak_in_the_start_cuts_from_what_was_sent_no_higher_than_consumers_take():
+    """A 200 ms path whose window doubles past what the consumers take (50,000 msgs/s,
+    reported once their queues backed up): the NAK that ends the start cuts from the
+    rate really sent, bounded by that take, not from the delivery rate, which lags a
+    round (12,075 msgs/s here; the latency sweep's 200 ms point sat at 29,657 under its
+    NAKs, which could not cut below it, and lost 7 % of its rate to the start)."""
+    flow = NakFlow("s", NakConfig(max_rate_msgs=200_000))
+    flow.use_startup()
+    flow.set_rtt(0.2)
+    sent, hist, t = 0, [], 0.0
+    while flow.starting and sent <= 20_000 and t < 2.0:
+        t = round(t + 0.001, 6)
+        sent += flow.admit_up_to(100_000, now=t)
+        hist.append((t, sent))
+        seen = max((s for u, s in hist if u <= t - 0.2), default=0)  # a round trip ago
+        take = 50_000.0 if seen > 5_000 else 0.0
+        flow.on_progress(Progress("s", "rx", "tx", 1, seen, 10**6, take, 0.1, t), now=t)
+    assert flow.start is not None
+    lagging, really_sent = flow.start.delivery_rate, flow.controller.send_rate(now=t)
+    assert really_sent is not None and lagging < 50_000 < really_sent
+    flow.on_feedback(Nak("s", "rx", 87, 87.0, t, 1, 50_000.0), now=t)
+    assert flow.start_report is not None and flow.start_report["ended"] == "nak"
+    share = NakConfig().rate_shares[87]
+    assert flow.controller.cuts == 1
+    assert flow.controller.rate(now=t) == pytest.approx(share * 50_000)
 
 
 def test_nobody_answering_ends_the_start_after_a_stall_and_the_old_ramp_goes_on():
