@@ -144,7 +144,7 @@ class ReceiverCore(Endpoint):
         self._pending: deque[tuple[Key, Message]] = deque()
         self._next_hello = now
         self._depth = 0
-        self._late = 0.0
+        self._late = self._woke_late = 0.0
         #: the last DATA read was sent before this process's last hold-up ended: what waits
         #: in the socket is a backlog of its own, already buffered for it
         self._backlog = False
@@ -386,8 +386,16 @@ class ReceiverCore(Endpoint):
         """The driver's I/O thread ran ``seconds`` later than it could have before the
         reads that follow, at ``now`` (``nakflow.live.lateness``): their frames' queueing
         delay is the process's, not the path's, and is discounted."""
-        self._late = seconds
+        self._late = self._woke_late = seconds
         self.signals.was_late(seconds, now)
+
+    def reading_for(self, seconds: float) -> None:
+        """The driver has been reading for ``seconds`` since it woke (``late``): the
+        frames it reads now waited that much more for the process, not the path (each is
+        stamped with the time it was read; one stamp for a chunk made those that came
+        while it was read look younger than they were, below 0 s, and lowered the least
+        delay that queueing is measured from)."""
+        self._late = self._woke_late + seconds
 
     def io_behind(self, behind: bool, now: float) -> None:
         """The driver read a whole chunk and more was waiting (``behind``): counted."""

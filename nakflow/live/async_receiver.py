@@ -84,8 +84,10 @@ class AsyncReceiver:
                 core.late(lateness.woke(now), now)
                 if self._adata in ready:
                     lateness.data_read(now)
+                    woke = now
                     for buf in drain(self._data, core.read_chunk):
                         now = time.monotonic()  # a frame's age at the time it is read
+                        core.reading_for(now - woke)
                         core.receive_data(buf, now)
                 if self._hear is not None and self._ahear in ready:
                     for buf in drain(self._hear, 1_000):

@@ -268,11 +268,12 @@ class Receiver:
         not older than it is); the time of the last."""
         core, clock = self.core, time.monotonic
         pending, chunk, recv, frames = core.deliveries(), core.read_chunk, self._data.recv, 0
-        now = clock()
+        now = woke = clock()
         try:
             while len(pending) < chunk and frames < chunk:
                 buf = recv(zmq.NOBLOCK)
                 now = clock()
+                core.reading_for(now - woke)
                 core.receive_data(buf, now)
                 frames += 1
         except zmq.Again:
