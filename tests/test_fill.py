@@ -387,3 +387,34 @@ def test_a_steady_slow_consumer_is_slow_not_paused_and_a_stopped_one_is_paused()
         if sig.judge(now) == PAUSE:
             break
     assert 3.0 + 0.55 <= now <= 3.0 + 0.7  # three of its 0.2 s gaps, from its last take
+
+
+def test_a_frame_read_late_in_a_chunk_waited_for_the_process_not_the_path():
+    """The threaded receiver stamps each frame with the time it read it. Frames read
+    120 ms into a chunk (a busy process) waited that long for it, not for the path: the
+    delay fill discounts it (``reading_for``), as it does the I/O thread's lateness."""
+    import random
+
+    from nakflow import ReceiverConfig, ReceiverCore
+    from nakflow.wire import Data, encode
+
+    def queueing(discount: bool) -> float:
+        core = ReceiverCore(ReceiverConfig(mode="nak", stream="s", receiver_id="r",
+                                           capacity_msgs=100_000), now=0.0,
+                            rng=random.Random(0))
+        seq, t = 0, 0.0
+        for window in range(6):
+            core.late(0.0, t)  # woke on time
+            for i in range(20):
+                busy = 0.0 if window < 3 else 0.120 + 0.001 * i
+                if discount:
+                    core.reading_for(busy)
+                core.receive_data(encode(Data("s", "tx", 1, seq, t - 0.001, (b"x",))),
+                                  t + busy)
+                seq += 1
+            t += 0.2
+            core.signals.delay.observe(now=t)
+        return core.signals.delay.queueing_s
+
+    assert queueing(False) == pytest.approx(0.120)  # taken for the path's
+    assert queueing(True) == pytest.approx(0.0, abs=1e-9)
