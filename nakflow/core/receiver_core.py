@@ -497,9 +497,10 @@ class ReceiverCore(Endpoint):
     def handle_timer(self, now: float) -> None:
         """HELLO when due (presence, every ``hello_interval_s``), PROGRESS held back, and the
         feedback due."""
-        for report in self.progress.poll(self._room(now), now):
-            self.flow_frames += 1
-            self._send(report, now)
+        if self.progress.reporting:  # the room is measured only for a sender starting
+            for report in self.progress.poll(self._room(now), now):
+                self.flow_frames += 1
+                self._send(report, now)
         if now >= self._next_hello:
             self._next_hello = now + self.config.hello_interval_s
             self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, "",
