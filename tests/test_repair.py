@@ -164,6 +164,33 @@ def test_a_sender_that_answers_is_never_given_up_on():
     assert rq.given_up == 0 and t.streams[("p", 1)].repaired == 20
 
 
+def test_a_sender_that_still_sends_is_not_given_up_on_while_its_repairs_wait():
+    """A sender cut to a few msgs/s by a slow receiver queues repairs behind its rate limit
+    (100 KB messages, the limit near 2 msgs/s: one repair a second or less), but its DATA
+    still comes: it is alive and will answer. Counting the requests as tries gave up 7
+    messages it held (tests/test_repair_live.py's coarse messages, 1 run in 12). Once
+    nothing comes at all, the gap is given up as before."""
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, max_requests=5))
+    t.on_data("p", 1, 0, 1)
+    t.on_data("p", 1, 2, 1)  # 1 lost
+    seq = 3
+    for i in range(30):  # 3 s of requests, no repair, a DATA frame every 0.3 s
+        rq.poll(0.0, now=i * 0.1)
+        if i % 3 == 2:
+            t.on_data("p", 1, seq, 1)
+            seq += 1
+    t.on_end("p", 1, seq)
+    for i in range(30, 60):  # after END the sender lingers: END repeated every 0.3 s
+        rq.poll(0.0, now=i * 0.1)
+        if i % 3 == 2:
+            t.on_end("p", 1, seq)
+    assert rq.given_up == 0 and [(g.lo, g.hi) for g in t.with_gaps[("p", 1)]] == [(1, 2)]
+    for i in range(60, 70):  # the sender is gone
+        rq.poll(0.0, now=i * 0.1)
+    assert rq.given_up == 1 and ("p", 1) not in t.with_gaps
+
+
 def test_an_overheard_request_suppresses_ours():
     t = SequenceTracker(repair=True)
     rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.01, retry_s=0.1), rng=Fixed(0.9))

@@ -41,7 +41,7 @@ class GapList:
         self.gaps: list[Gap] = []
         self._starts: list[int] = []
         self.given_up = [0, 0, 0, 0]  # msgs per kind no longer asked for (bound or max requests)
-        self.progress = False  # something was filled since the requester last looked
+        self.progress = False  # the stream's sender was heard since the requester last looked
 
     def __len__(self) -> int:
         return len(self.gaps)

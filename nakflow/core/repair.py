@@ -8,9 +8,11 @@ is below ``refill_below`` (room is back); meanwhile, at once, the sender is aske
 hold them (a REPAIR with ``hold``: at most one every HOLD_EVERY_S per stream, and all
 that is still owed again every HOLD_RENEW_S), so the history still has them when room
 comes however fast it moves on and however slowly the consumer gets there. After
-``max_requests`` with no repair of that stream arriving in between (a sender gone or
-unreachable), a gap is given up. Requests are multicast feedback (REPAIR) like NAKs.
-No clock, no randomness of its own: ``now`` and ``rng`` come in.
+``max_requests`` with nothing of that stream arriving in between, no repair, no DATA,
+no repeated END (a sender gone or unreachable), a gap is given up: a sender that still
+sends is answering, however long its repairs wait for its rate limit. Requests are
+multicast feedback (REPAIR) like NAKs. No clock, no randomness of its own: ``now`` and
+``rng`` come in.
 """
 
 from __future__ import annotations
@@ -187,8 +189,8 @@ class RepairRequester:
         # no try (counted, the one message ran out of tries and was given up).
         starved = not (room or ended) or free <= 0
         keepalive = starved and now - self._kept_alive_at >= self.retry_s
-        if gaps.progress:  # the sender is answering (repairs wait for its rate
-            gaps.progress = False  # limit): tries count only while nothing comes
+        if gaps.progress:  # the sender is answering or still sends (repairs wait for
+            gaps.progress = False  # its rate limit): tries count only while nothing comes
             for g in gaps:
                 g.tries = min(g.tries, 1)
         ranges: list[tuple[int, int, bool]] = []

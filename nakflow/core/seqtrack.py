@@ -163,6 +163,9 @@ class SequenceTracker:
         st.frames += 1
         if st.frames == LATE_JOIN_FRAMES:
             self._join(key, st)
+        gaps = st.gaps
+        if gaps:  # its sender is alive and sending: repairs may wait for its rate limit
+            gaps.progress = True
         if seq > st.next_seq:
             st.lost += seq - st.next_seq
             self.gap_msgs += seq - st.next_seq
@@ -303,6 +306,8 @@ class SequenceTracker:
             self._lose_tail(key, st, final_seq)
             st.final_seq = final_seq
             self._ended[key] = None
+        elif st.gaps:  # END repeated: its sender lingers, answering requests
+            st.gaps.progress = True
         return st
 
     def on_announce(self, sender: str, epoch: int, next_seq: int) -> None:
