@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from nakflow import MODES, ConfigError, NakConfig, check_mode
+from nakflow import MODES, ConfigError, check_mode
 from nakflow.testing import LocalReceivers, ReceiverSpec
 
 from .config import WriterConfig
@@ -132,11 +132,6 @@ def load_input(spark: Any, cfg: EvalConfig) -> Any:
     return df.repartition(cfg.partitions) if cfg.partitions else df
 
 
-#: The local receivers are on loopback (RTT far below a NAK window): NAK senders probe for
-#: freed capacity after 0.2 s without a NAK (NakConfig.probe_after_s; docs/design/history.md).
-LOOPBACK_NAK = NakConfig(probe_after_s=0.2, probe_factor=1.25)
-
-
 def _budget_s(cfg: EvalConfig, rows: int) -> float:
     return 120.0 + 3.0 * rows / cfg.slow_rate + cfg.stall_for_s
 
@@ -163,7 +158,7 @@ def run_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig, *, rows: int,
                         duration_s=_budget_s(cfg, rows), extra=extra) as rx:
         rx.wait_ready()
         wcfg = WriterConfig(rx.data, rx.feedback, mode=mode, stream=STREAM, run_id=run_id,
-                            nak=LOOPBACK_NAK, wait_receivers=len(specs),
+                            wait_receivers=len(specs),
                             batch_rows=cfg.batch_rows, arrow_rows=cfg.batch_rows)
         t0 = time.monotonic()
         senders = send(spark, df, wcfg, cfg.writer)
@@ -275,10 +270,8 @@ def run_eval(spark: Any, cfg: EvalConfig,
     runs: list[dict[str, Any]] = []
     table: list[dict[str, Any]] = []
     if progress is not None and not cfg.receivers:
-        nak = ("nak senders run the library's defaults" if cfg.writer == "datasource" else
-               "nak senders probe for freed capacity (probe_after_s 0.2)")
-        progress(f"[eval] local receivers on loopback: {nak}, ack receivers grant a task at "
-                 "most half a queue")
+        progress("[eval] local receivers on loopback: nak senders run the library's defaults, "
+                 "ack receivers grant a task at most half a queue")
     for mode in cfg.modes:
         run = run_mode(spark, df, mode, cfg, rows=rows, partitions=partitions)
         runs.append(run)
