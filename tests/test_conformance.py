@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nakflow import LocalProtocolError, PeerMismatch
+from nakflow import LocalProtocolError, NakConfig, PeerMismatch
 from tests.conformance import DRIVERS
 
 pytestmark = pytest.mark.parametrize("driver", sorted(DRIVERS))
@@ -51,14 +51,17 @@ def test_messages_arrive_in_order_complete_and_accounted(driver: str) -> None:
 
 
 def test_send_batch_goes_in_few_frames(driver: str) -> None:
+    """About the framing, so without the start and the rate limit: the start's window
+    doubles a round trip from 16 messages, 9 rounds for 5,000, and a receiver slow to
+    confirm (3 pytest workers on 2 cores) took more rounds, and more frames (11, 14)."""
     async def scenario(pair: Any) -> None:
         await pair.send_batch([b"x" * 50] * 5_000)
         await pair.close()
         assert len(await pair.collect()) == 5_000
         tx, _ = pair.snapshots()
-        assert tx["frames"] <= 10
+        assert tx["frames"] <= 10, tx["frames"]
 
-    run(driver, scenario)
+    run(driver, scenario, tx={"nak": NakConfig(initial_rate_msgs=None, start_window_msgs=None)})
 
 
 def test_a_lone_message_leaves_when_its_linger_is_over(driver: str) -> None:
