@@ -86,8 +86,8 @@ def per_message(config: WriterConfig) -> WriterConfig:
     slow a task to a receiver taking 5k rows/s, whose queue overflowed faster than the
     history could keep what it asked back (``beyond_history``, the task failed); divided
     all the way (50 rows/s, a message every 20 s) the sender's repairs, which wait for
-    its rate limit, came more slowly than the receiver waits for them (10 tries 0.1 s
-    apart) and it gave up before the close."""
+    its rate limit, came more slowly than the receiver then waited for them (10 tries 0.1 s
+    apart, counted even while the sender still sent) and it gave up before the close."""
     per = config.arrow_rows
     if per == 1:
         return config
