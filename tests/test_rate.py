@@ -337,6 +337,23 @@ def test_a_nak_while_less_than_the_floor_was_sent_cuts_the_limit_to_the_floor():
     assert ctrl.rate(now=0.06) == 2_000 and ctrl.cuts == 1
 
 
+def test_a_nak_reporting_a_rate_below_what_was_sent_cuts_even_below_the_floors_base():
+    """The same with the receiver's rate in the NAK (the forger's: 1 msg/s). A base and
+    a target both clamped to the floor looked like "the receiver takes more than is sent"
+    and held: a plain sender under forged NAK(100)s once ended with 1,137 of them and no
+    cut (tests/test_security.py). What it takes, 0.75 msgs/s, is compared with what was
+    sent, 1,000 msgs/s, before the floor."""
+    cfg = NakConfig(initial_rate_msgs=5_000, min_rate_msgs=2_000)
+    ctrl = NakRateController(cfg)
+    assert ctrl.rate(now=0.0) == 5_000
+    measured(ctrl, 1_000, 0.0, 0.05)
+    assert ctrl.on_nak(100, now=0.05, rate=1.0)
+    assert ctrl.rate(now=0.05) == 2_000 and ctrl.cuts == 1
+    held = NakRateController(cfg)  # a receiver that takes more than was sent: held
+    measured(held, 1_000, 0.0, 0.05)
+    assert not held.on_nak(100, now=0.05, rate=3_000.0) and held.rate(now=0.05) == 5_000
+
+
 def test_validated_rate_is_the_limit_but_no_more_than_was_really_sent():
     ctrl = NakRateController(NakConfig(initial_rate_msgs=5_000))
     assert ctrl.validated_rate(now=0.0) is None  # nothing sent over a period yet

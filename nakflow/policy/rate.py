@@ -249,15 +249,19 @@ class NakRateController:
         base = current
         measured = self._meter.current(now)
         if measured is not None and measured < base:
-            base = max(measured, cfg.min_rate_msgs)
+            base = measured
+        share = cfg.rate_shares.get(factor_level)
+        takes_more = rate > 0 and share is not None and rate * share >= base
+        base = max(base, cfg.min_rate_msgs)
         target = cut_to(cfg, factor_level, base, rate)
-        if target >= current or (rate > 0 and target >= base):
+        if target >= current or takes_more:
             # the receiver takes more than is sent now (the floor of its reported rate):
             # a queue that is still draining, not news; cutting "to the base" would only
-            # shave the meter's error off the limit each time (a slow spiral). (Not a
-            # base at the floor with no rate reported: less than min_rate_msgs was sent,
-            # and the limit above goes down to it; it held there, at 5,000 msgs/s, under
-            # a forged NAK(100) that ended the start before it sent anything.)
+            # shave the meter's error off the limit each time (a slow spiral). Compared
+            # before the floor: less than min_rate_msgs sent is no sign that the receiver
+            # takes more (a target and a base both at the floor looked like it: the limit
+            # held at 5,000 msgs/s under a forged NAK(100), rate 1, that ended the start
+            # before much was sent, and later at 2,000 with 1,137 NAKs and no cut).
             return self._hold(now, current, rate, source, path)
         self._window_start = now
         self._window_base = base
