@@ -46,6 +46,18 @@ def _pa() -> Any:
     return pa
 
 
+def preload() -> bool:
+    """Import pyarrow now, if it is installed (True): a receiver does this before it says
+    ready, so that its first Arrow message does not hold its consumer (and, importing
+    under the GIL, its I/O thread) for the 0.1-0.4 s the import takes, a stall that
+    filled a small queue and read as a paused consumer."""
+    try:
+        _pa()
+    except NakflowError:
+        return False
+    return True
+
+
 def is_arrow(payload: bytes) -> bool:
     """Is this payload an Arrow IPC stream (the data source's messages)?"""
     return payload[:4] == ARROW_MAGIC

@@ -198,3 +198,20 @@ def test_help_shows_defaults_examples_and_v_works_after_the_command() -> None:
                   "--duration", "0.2", "--allow-loss", "-v")
     assert out.returncode == 0 and " INFO " in out.stderr
     assert sys.executable
+
+
+def test_a_receiver_imports_pyarrow_before_it_says_ready() -> None:
+    """Arrow rows are counted (and sunk) with pyarrow: imported on the first Arrow message,
+    it held the consumer (and, under the GIL, the I/O thread) for 0.1-0.4 s, which filled
+    the eval's slow queue and read as a paused consumer (26 drops and a 'paused' NAK at
+    each receiver in one run). ``-X importtime`` writes each import to stderr as it
+    happens, so the order of the lines is the order of the events."""
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "nakflow", "receive",
+                          "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+                          "--duration", "0.2", "--allow-loss"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stderr.splitlines()
+    ready = next(i for i, line in enumerate(lines) if "nakflow receive: ready" in line)
+    assert any(line.split("|")[-1].strip() == "pyarrow.ipc" for line in lines[:ready]), (
+        "pyarrow.ipc was not imported before ready")
