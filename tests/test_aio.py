@@ -44,16 +44,27 @@ def test_a_slow_async_consumer_loses_nothing(mode):
     got, rs, ts, threads = asyncio.run(main())
     # no thread of its own: the event loop's only (ZeroMQ's I/O threads are not Python's)
     assert threads == before
-    assert got == list(range(COUNT))
-    assert (rs["dropped"], rs["lost"], rs["queue_peak"] <= 2_000) == (0, 0, True)
+    assert sorted(got) == list(range(COUNT))  # each once
+    assert (rs["lost"], rs["queue_peak"] <= 2_000) == (0, True)
     assert ts["sent"] == COUNT
-    if mode == "nak":  # the flow control held the sender to the consumer: its start ended
-        # on it (a full pipe at the consumer's rate, its delay, a NAK), or a NAK cut it
-        start = ts["policy"]["start"]
-        assert start["ended"] in ("full", "delay", "nak") or ts["cuts"] > 0, (start, ts["cuts"])
-        assert rs["progress_sent"] > 0
-    else:
+    if mode == "ack":  # credit: never more in flight than the queue has room for
+        assert got == list(range(COUNT)) and rs["dropped"] == 0
         assert rs["credits_sent"] > 0 and ts["credit_stalled_s"] > 0
+        return
+    # a rate, not a window: on a loaded host the shared loop can stall long enough for the
+    # queue to overflow before a NAK is heard (in CI once: seqs 3404-3418 dropped). What
+    # NAK promises (docs/guarantees.md) is that every drop is repaired, and that only
+    # repaired messages come after newer ones
+    highest, late = -1, 0
+    for seq in got:
+        late, highest = (late + 1, highest) if seq < highest else (late, seq)
+    assert rs["dropped_unrepaired"] == 0 and rs["repaired"] >= rs["dropped"], rs
+    assert late <= rs["repaired"], (late, rs["repaired"])
+    # the flow control held the sender to the consumer: its start ended on it (a full
+    # pipe at the consumer's rate, its delay, a NAK), or a NAK cut it
+    start = ts["policy"]["start"]
+    assert start["ended"] in ("full", "delay", "nak") or ts["cuts"] > 0, (start, ts["cuts"])
+    assert rs["progress_sent"] > 0
 
 
 def test_none_mode_counts_every_drop():
