@@ -17,6 +17,7 @@ writer sends) alike.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,10 +48,10 @@ def _pa() -> Any:
 
 
 def preload() -> bool:
-    """Import pyarrow now, if it is installed (True): a receiver does this before it says
-    ready, so that its first Arrow message does not hold its consumer (and, importing
-    under the GIL, its I/O thread) for the 0.1-0.4 s the import takes, a stall that
-    filled a small queue and read as a paused consumer."""
+    """Import pyarrow now, if it is installed (True). A consumer that converts Arrow
+    messages (``to_record_batch``) calls this before its first one: the import takes
+    0.1-0.4 s under the GIL, a stall that fills a small queue and reads as a paused
+    consumer. (``nakflow receive`` needs no pyarrow to count rows: ``rows_in``.)"""
     try:
         _pa()
     except NakflowError:
@@ -81,11 +82,64 @@ def decode_batches(payload: bytes) -> list[pa.RecordBatch]:
         raise ArrowDecodeError(f"not a readable Arrow IPC stream: {exc}") from None
 
 
+_U16, _I32, _U32, _I64 = (struct.Struct(f) for f in ("<H", "<i", "<I", "<q"))
+#: ``MessageHeader.RecordBatch`` in the IPC format's ``Message.fbs``.
+_RECORD_BATCH = 3
+
+
+def _field(buf: memoryview, table: int, index: int) -> int | None:
+    """Where field ``index`` of the flatbuffer table at ``table`` is (None: absent)."""
+    vtable = table - _I32.unpack_from(buf, table)[0]
+    if not 0 <= vtable <= len(buf) - 4:
+        raise ValueError("a table's vtable lies outside the message")
+    at = 4 + 2 * index
+    if at + 2 > _U16.unpack_from(buf, vtable)[0]:
+        return None  # an older writer's shorter vtable: the field is absent
+    off = _U16.unpack_from(buf, vtable + at)[0]
+    return table + off if off else None
+
+
 def rows_in(payload: bytes) -> int:
-    """Rows a payload carries: an Arrow message's row count, else 1 (a msgpack row)."""
+    """Rows a payload carries: an Arrow message's row count, else 1 (a msgpack row).
+
+    Read from the IPC messages' headers (the flatbuffer ``Message`` and its
+    ``RecordBatch.length``) without pyarrow and without decoding a column: the receive
+    loop counts every message it hands over. Raises ArrowDecodeError for framing that
+    does not hold together (a batch's columns are read only by ``decode_batches``)."""
     if not is_arrow(payload):
         return 1
-    return sum(b.num_rows for b in decode_batches(payload))
+    buf, rows, pos = memoryview(payload), 0, 0
+    try:
+        while pos < len(buf):
+            if _U32.unpack_from(buf, pos)[0] != 0xFFFFFFFF:
+                raise ValueError("no continuation marker where a message begins")
+            size = _I32.unpack_from(buf, pos + 4)[0]
+            if size == 0:  # end of stream
+                return rows
+            meta = buf[pos + 8:pos + 8 + size]
+            if size < 0 or len(meta) < size:
+                raise ValueError("a message's metadata runs past the payload")
+            msg = _U32.unpack_from(meta, 0)[0]
+            kind_at, body_at = _field(meta, msg, 1), _field(meta, msg, 3)
+            body = 0 if body_at is None else _I64.unpack_from(meta, body_at)[0]
+            if body < 0:
+                raise ValueError("a negative body length")
+            if kind_at is not None and meta[kind_at] == _RECORD_BATCH:
+                header_at = _field(meta, msg, 2)
+                if header_at is None:
+                    raise ValueError("a record batch message without its header")
+                batch = header_at + _U32.unpack_from(meta, header_at)[0]
+                length_at = _field(meta, batch, 0)
+                n = 0 if length_at is None else _I64.unpack_from(meta, length_at)[0]
+                if n < 0:
+                    raise ValueError("a negative row count")
+                rows += n
+            pos += 8 + size + body
+            if pos > len(buf):
+                raise ValueError("a message's body runs past the payload")
+    except (struct.error, ValueError, IndexError) as exc:
+        raise ArrowDecodeError(f"not a readable Arrow IPC stream: {exc}") from None
+    return rows
 
 
 def record_batches(messages: Iterable[Message | bytes]) -> Iterator[pa.RecordBatch]:

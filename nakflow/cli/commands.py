@@ -302,7 +302,6 @@ class _Consumer:
 
 
 def cmd_receive(args: argparse.Namespace) -> int:
-    from ..arrow import preload as preload_arrow
     from ..live.receiver import Receiver
     from ..live.sinks import SinkError, open_sink
 
@@ -310,7 +309,6 @@ def cmd_receive(args: argparse.Namespace) -> int:
     # a service runs until a signal; a one-shot receive until --senders or --duration
     one_shot = args.senders is not None or args.duration is not None
     sink = open_sink(args.sink, args.stream) if args.sink else None  # checked before ready
-    preload_arrow()  # Arrow rows are counted (and sunk) with pyarrow: import it now
     try:
         rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
                       receiver_id=args.id, capacity_msgs=args.capacity,
