@@ -40,6 +40,32 @@ def test_the_window_doubles_a_round_trip_and_stops_at_a_receivers_room():
     assert st.acked == 48 and st.cwnd == 64 and st.allowance(0.005) == 4
 
 
+def test_a_queue_at_its_mark_holds_the_start_below_the_ramps_round_trip():
+    """The window is never less than a round trip of the ramp it replaces (a long path
+    over short queues), but a queue that says it has no room left holds it: a consumer of
+    156 msgs/s behind a queue of 39 (room to its 40 % mark: 15), 1 ms away. Before, the
+    ramp's round trip (5-13 messages) went out past the room each time one arrived:
+    sending at the arrival rate, the start put 102-177 messages into that queue in
+    0.05-0.15 s and it dropped 142-151 of a 198-message run (all repaired)."""
+    st = SlowStart(16, max_rate_msgs=1e6, ramp=(5_000.0, 1.25, 0.05))
+    st.set_rtt(0.001)
+    t, seq, depth, flight, peak = 0.0, 0, 0.0, [], 0.0
+    while not st.done and t < 0.5:
+        t = round(t + 0.001, 6)
+        while flight and flight[0][0] <= t:  # arrivals, 1 ms after they went
+            n = flight.pop(0)[1]
+            seq, depth = seq + n, depth + n
+        depth = max(0.0, depth - 0.156)  # the consumer: 156 msgs/s
+        peak = max(peak, depth)
+        st.on_progress("slow", seq, max(0, 15 - int(depth)), 0.0005, t)
+        n = st.allowance(t)
+        st.on_sent(n)
+        if n:
+            flight.append((t + 0.001, n))
+    assert peak <= 16  # the first window, never more than the room after it
+    assert st.sent <= seq + 16
+
+
 def test_what_arrives_in_a_queue_with_room_is_not_the_rate_the_limit_starts_at():
     """A receiver behind a link of 30 msgs a ms whose consumer takes 5 a ms, its queue
     with room for 800: the rounds deliver at the link's rate, flat (a full pipe), while

@@ -12,7 +12,8 @@ receiver's queue has room for (ACK's credit):
 - the window starts at ``NakConfig.start_window_msgs`` and grows by what the slowest
   receiver confirms: it doubles each round trip (a round ends when the slowest receiver
   has everything sent when it began, and lasts ``ROUND_MIN_S`` and an RTT at least); it
-  is never less than an RTT of the ramp it replaces, and is paced at ``PACE_GAIN`` x
+  is never less than an RTT of the ramp it replaces (unless a receiver's room fell
+  below half the most it reported: its queue fills), and is paced at ``PACE_GAIN`` x
   window / RTT on paths of ``PACE_MIN_RTT_S`` or more;
 - the start ends on the first of:
 
@@ -195,6 +196,9 @@ class SlowStart:
         self.pos: dict[str, int] = {}  # receiver -> its reported next seq
         self.acked = 0  # the least of pos (0 before any report)
         self.room: dict[str, int] = {}  # receiver -> the seq its queue has room up to
+        self.most_room: dict[str, int] = {}  # receiver -> the most room it reported
+        #: receivers whose room is below half the most they reported: their queue fills
+        self.filling: set[str] = set()
         self.take: dict[str, float] = {}  # receiver -> its consumer's rate (a backlog)
         self.credit = math.inf  # the least of room
         self.done = False
@@ -236,7 +240,11 @@ class SlowStart:
             if floor > cwnd:
                 cwnd = self.cwnd = floor
         # the receivers' room bounds the window, but not below the ramp's round trip: the
-        # ramp this start replaces did not wait for room either (its NAKs protect queues)
+        # ramp this start replaces did not wait for room either (its NAKs protect queues).
+        # Not past a queue that fills: the floor went out each time a message arrived, at
+        # the path's rate, not its consumer's (a queue of 39 dropped 142 of 198)
+        if self.filling:
+            floor = 0.0
         k = int(max(min(self.acked + cwnd, self.credit), self.acked + floor)) - self.sent
         if k <= 0:
             self._limited = True
@@ -308,6 +316,11 @@ class SlowStart:
             pos[receiver] = min(next_seq, self.sent)
         credit = self.credit
         self.room[receiver] = pos[receiver] + room
+        most = self.most_room[receiver] = max(room, self.most_room.get(receiver, 0))
+        if room * 2 < most:
+            self.filling.add(receiver)
+        else:
+            self.filling.discard(receiver)
         if rate > 0:
             self.take[receiver] = rate
         else:
@@ -334,6 +347,8 @@ class SlowStart:
         """``receiver`` left (BYE): the window no longer waits for it."""
         self.pos.pop(receiver, None)
         self.room.pop(receiver, None)
+        self.most_room.pop(receiver, None)
+        self.filling.discard(receiver)
         self.take.pop(receiver, None)
         self.rise.forget(receiver)
         self.credit = min(self.room.values(), default=math.inf)
