@@ -47,18 +47,6 @@ def _pa() -> Any:
     return pa
 
 
-def preload() -> bool:
-    """Import pyarrow now, if it is installed (True). A consumer that converts Arrow
-    messages (``to_record_batch``) calls this before its first one: the import takes
-    0.1-0.4 s under the GIL, a stall that fills a small queue and reads as a paused
-    consumer. (``nakflow receive`` needs no pyarrow to count rows: ``rows_in``.)"""
-    try:
-        _pa()
-    except NakflowError:
-        return False
-    return True
-
-
 def is_arrow(payload: bytes) -> bool:
     """Is this payload an Arrow IPC stream (the data source's messages)?"""
     return payload[:4] == ARROW_MAGIC

@@ -197,8 +197,6 @@ class SlowStart:
         self.acked = 0  # the least of pos (0 before any report)
         self.room: dict[str, int] = {}  # receiver -> the seq its queue has room up to
         self.most_room: dict[str, int] = {}  # receiver -> the most room it reported
-        #: receivers whose room is below half the most they reported: their queue fills
-        self.filling: set[str] = set()
         self.take: dict[str, float] = {}  # receiver -> its consumer's rate (a backlog)
         self.credit = math.inf  # the least of room
         self.done = False
@@ -243,8 +241,9 @@ class SlowStart:
         # ramp this start replaces did not wait for room either (its NAKs protect queues).
         # Not past a queue that fills: the floor went out each time a message arrived, at
         # the path's rate, not its consumer's (a queue of 39 dropped 142 of 198)
-        if self.filling:
-            floor = 0.0
+        if floor and any(2 * (self.room[r] - self.pos[r]) < most
+                         for r, most in self.most_room.items()):
+            floor = 0.0  # a receiver's room is below half the most it reported
         k = int(max(min(self.acked + cwnd, self.credit), self.acked + floor)) - self.sent
         if k <= 0:
             self._limited = True
@@ -316,11 +315,7 @@ class SlowStart:
             pos[receiver] = min(next_seq, self.sent)
         credit = self.credit
         self.room[receiver] = pos[receiver] + room
-        most = self.most_room[receiver] = max(room, self.most_room.get(receiver, 0))
-        if room * 2 < most:
-            self.filling.add(receiver)
-        else:
-            self.filling.discard(receiver)
+        self.most_room[receiver] = max(room, self.most_room.get(receiver, 0))
         if rate > 0:
             self.take[receiver] = rate
         else:
@@ -348,7 +343,6 @@ class SlowStart:
         self.pos.pop(receiver, None)
         self.room.pop(receiver, None)
         self.most_room.pop(receiver, None)
-        self.filling.discard(receiver)
         self.take.pop(receiver, None)
         self.rise.forget(receiver)
         self.credit = min(self.room.values(), default=math.inf)
