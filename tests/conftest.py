@@ -47,7 +47,6 @@ def unit_of(nodeid: str) -> str:
     return "spark" if module in SPARK_MODULES else module
 
 
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: without it, never called
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
     from xdist.scheduler import LoadScopeScheduling
 
