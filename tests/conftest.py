@@ -9,6 +9,19 @@ import pytest
 
 from tests.netns import multicast_unavailable
 
+#: JVM flags for the suite's short-lived Spark JVMs (see tests/spark-conf/).
+SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every Spark JVM the tests start, in this process or in the commands they run,
+    lives for seconds on two cores: it gets C1 only and the serial collector (about 30 %
+    less start-up and job time). Not a library default: a long job wants C2."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ.setdefault("SPARK_CONF_DIR", os.path.join(here, "spark-conf"))
+    for var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+        os.environ.setdefault(var, SHORT_JVM)
+
 
 @pytest.fixture(scope="session")
 def require_multicast() -> None:
