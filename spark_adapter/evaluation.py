@@ -256,6 +256,9 @@ def warm_up_data_source(spark: Any, partitions: int) -> None:
 def run_eval(spark: Any, cfg: EvalConfig,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every mode of ``cfg`` on ``spark``; return runs, table and config (JSON-ready)."""
+    if progress is not None:  # seconds of silence otherwise (8-12 s on 2 cores)
+        progress("[eval] warming up (untimed): the executors' Python workers and the first "
+                 "write's planning ...")
     df = load_input(spark, cfg)
     partitions = df.rdd.getNumPartitions()
     rows = warm_up(df)
