@@ -99,7 +99,6 @@ def test_shipped_writer_delivers_every_row_once_across_a_task_retry(cluster, bar
                      id=sender) == m["rows"] == rows // 2
 
 
-@pytest.mark.quiet  # its slow receiver NAKs only if the executors outrun it
 def test_eval_on_its_own_standalone_cluster(tmp_path):
     """`nakflow eval --standalone 2` as docs/spark.md shows it: its own Master and
     Workers, executors on a bare Python it made, nakflow shipped with the job."""
