@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import tempfile
 import time
 import uuid
@@ -20,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from nakflow import MODES, ConfigError, check_mode
+from nakflow.cli.commands import say
 from nakflow.testing import LocalReceivers, ReceiverSpec
 
 from .config import WriterConfig
@@ -290,7 +290,7 @@ def run_eval(spark: Any, cfg: EvalConfig,
 
 
 def print_progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    say(line)  # one write: Spark's JVM shares this stderr
 
 
 def parse_receivers(specs: Sequence[str]) -> tuple[tuple[str, str], ...]:

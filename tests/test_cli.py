@@ -106,6 +106,63 @@ def test_verdicts_and_exit_status_of_a_clean_run() -> None:
     assert report["summary"].startswith("delivered 5,000 of 5,000") and report["problems"] == []
 
 
+#: Runs the CLI with a stderr that shows each write call as one JSON string a line.
+WRITES = """
+import json, sys
+from nakflow.cli import main
+real = sys.stderr
+class Calls:
+    encoding, errors = real.encoding, real.errors
+    def write(self, text):
+        real.write(json.dumps(text) + "\\n")
+        return len(text)
+    def flush(self):
+        real.flush()
+    def isatty(self):
+        return False
+sys.stderr = Calls()
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def stderr_writes(proc: subprocess.Popen[str]) -> tuple[str, list[str]]:
+    out, err = proc.communicate(timeout=60)
+    return out, [json.loads(line) for line in err.splitlines()]
+
+
+def test_every_status_line_is_one_write_so_processes_sharing_stderr_never_splice() -> None:
+    """Two receivers started with ``&`` in one shell share its stderr. ``print`` wrote a
+    line's text and its newline separately, and once a README run read one receiver's
+    verdict cut in two by the other's; each line (and each report) is now one write."""
+    data, fb = endpoints()
+    rx = subprocess.Popen([sys.executable, "-c", WRITES, "receive", "--data", data,
+                           "--feedback", fb, "--senders", "1", "--sink", "-"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert rx.stderr is not None
+    assert "nakflow receive: ready" in json.loads(rx.stderr.readline())
+    tx = subprocess.Popen([sys.executable, "-c", WRITES, "send", "--data", data,
+                           "--feedback", fb, "--count", "300"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, tx_writes = stderr_writes(tx)
+    assert tx.returncode == 0, tx_writes
+    out, rx_writes = stderr_writes(rx)
+    assert rx.returncode == 0, rx_writes
+    assert len(out.splitlines()) == 300  # the messages: the sink is stdout
+    quiet = subprocess.Popen([sys.executable, "-c", WRITES, "receive", "--data",
+                              "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+                              "--duration", "0.2", "--sink", "-"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, quiet_writes = stderr_writes(quiet)
+    assert quiet.returncode == 1  # nothing heard: the verdict and a problem line
+    writes = tx_writes + rx_writes + quiet_writes
+    assert any("nakflow send: sent 300 msgs" in w for w in tx_writes)
+    assert any("nakflow receive: delivered 300 of 300" in w for w in rx_writes)
+    assert any("       delivered: 300" in w for w in rx_writes)  # the report (sink stdout)
+    assert any("problem: no sender was heard" in w for w in quiet_writes)
+    spliced = [w for w in writes if not w.endswith("\n") or w.startswith("\n")]
+    assert not spliced, spliced
+
+
 def test_receive_with_nothing_heard_and_a_mode_mismatch_exit_1() -> None:
     out = nakflow("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
                   "--duration", "0.3", "--json")

@@ -1,4 +1,4 @@
-"""The ``nakflow`` command line: the parser and ``main`` (the commands are in ``_commands``).
+"""The ``nakflow`` command line: the parser and ``main`` (the commands are in ``commands``).
 
 Built-in subcommands: ``send``, ``receive``, ``keygen``, ``demo``. Other packages add theirs
 through the ``nakflow.commands`` entry-point group (a function that takes the
@@ -35,6 +35,7 @@ from .commands import (
     cmd_receive,
     cmd_send,
     on_signals_interrupt,
+    say,
 )
 
 log = logging.getLogger("nakflow.cli")
@@ -377,18 +378,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except Interrupted as exc:  # a one-shot command stopped before it finished
-        print(f"nakflow {args.command}: interrupted by {exc} before it finished",
-              file=sys.stderr)
+        say(f"nakflow {args.command}: interrupted by {exc} before it finished")
         return 128 + exc.signum
     except (PeerMismatch, IncompleteDelivery) as exc:  # the table's 1: a peer of another
-        print(f"nakflow {args.command}: error: {exc}", file=sys.stderr)  # mode or key,
+        say(f"nakflow {args.command}: error: {exc}")  # mode or key,
         return EXIT_INCOMPLETE  # or data missing
     except (NakflowError, ValueError, TimeoutError, SinkError) as exc:
-        print(f"nakflow {args.command}: error: {exc}", file=sys.stderr)
+        say(f"nakflow {args.command}: error: {exc}")
     except zmq.ZMQError as exc:
-        print(f"nakflow {args.command}: error: {_zmq_problem(exc, args)}", file=sys.stderr)
+        say(f"nakflow {args.command}: error: {_zmq_problem(exc, args)}")
     except OSError as exc:
-        print(f"nakflow {args.command}: error: {exc}", file=sys.stderr)
+        say(f"nakflow {args.command}: error: {exc}")
     return 2
 
 

@@ -89,15 +89,28 @@ PLAIN_KEYS = {
 }
 
 
+def say(text: str, file: Any = None) -> None:
+    """Write ``text`` and its newline to ``file`` (stderr) in one write, flushed.
+
+    ``print`` writes the text and the newline separately, so the lines of processes that
+    share one stderr (receivers started with ``&`` in one shell, a Spark worker's
+    children) could be spliced: one process's text, the other's line, then the newline.
+    One write of a whole line (under the pipe's 4 KiB atomic limit) cannot be."""
+    file = file or sys.stderr
+    file.write(text + "\n")
+    file.flush()
+
+
 def emit(result: dict[str, Any], as_json: bool, file: Any = None,
          keys: Sequence[str] | None = None) -> None:
     """Print a run's metrics: one JSON object, or a short readable listing of ``keys``
-    (scalars one a line, a dict's scalars on its line, a list of rows last)."""
+    (scalars one a line, a dict's scalars on its line, a list of rows last), in one
+    write (``say``)."""
     file = file or sys.stdout
     if as_json:
-        print(json.dumps(result, sort_keys=True, default=str), file=file, flush=True)
+        say(json.dumps(result, sort_keys=True, default=str), file)
         return
-    nested = []
+    lines, nested = [], []
     for key in keys or list(result):
         value = result.get(key)
         if key == "timeline":
@@ -108,24 +121,23 @@ def emit(result: dict[str, Any], as_json: bool, file: Any = None,
         elif isinstance(value, list):
             nested.append((key, value))
             continue
-        print(f"{key:>20}: {value}", file=file)
+        lines.append(f"{key:>20}: {value}")
     for key, rows in nested:
-        print(f"{key}:", file=file)
-        for row in rows:
-            print("  " + ", ".join(f"{k} {v}" for k, v in row.items()
-                                   if not isinstance(v, (dict, list))), file=file)
-    file.flush()
+        lines.append(f"{key}:")
+        lines.extend("  " + ", ".join(f"{k} {v}" for k, v in row.items()
+                                      if not isinstance(v, (dict, list))) for row in rows)
+    if lines:
+        say("\n".join(lines), file)
 
 
 def say_verdict(command: str, verdict: Verdict, allow_loss: bool) -> int:
     """Print the verdict on stderr; the exit status it means (docs/exit-codes.md): 1 for
     any problem, but ``--allow-loss`` excuses missing data (not peers configured
     differently)."""
-    print(f"nakflow {command}: {verdict.line}", file=sys.stderr, flush=True)
+    say(f"nakflow {command}: {verdict.line}")
     for problem in verdict.problems:
         excused = allow_loss and problem not in verdict.mismatches
-        print(f"nakflow {command}: {'note' if excused else 'problem'}: {problem}",
-              file=sys.stderr, flush=True)
+        say(f"nakflow {command}: {'note' if excused else 'problem'}: {problem}")
     if verdict.mismatches or (verdict.problems and not allow_loss):
         return EXIT_INCOMPLETE
     return 0
@@ -339,9 +351,9 @@ def cmd_receive(args: argparse.Namespace) -> int:
                            "metrics": None if metrics is None else metrics.url}, f)
             os.replace(args.ready_file + ".tmp", args.ready_file)
         where = "" if metrics is None else f", metrics on {metrics.url}"
-        print(f"nakflow receive: ready ({args.mode}, queue {args.capacity:,}{where}): "
-              f"senders connect to --data {','.join(rx.data_endpoints)} --feedback "
-              f"{','.join(rx.feedback_endpoints)}", file=sys.stderr, flush=True)
+        say(f"nakflow receive: ready ({args.mode}, queue {args.capacity:,}{where}): "
+            f"senders connect to --data {','.join(rx.data_endpoints)} --feedback "
+            f"{','.join(rx.feedback_endpoints)}")
         log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id,
                  rx.data_endpoints, rx.feedback_endpoints, args.mode)
         t0 = time.monotonic()
@@ -354,8 +366,8 @@ def cmd_receive(args: argparse.Namespace) -> int:
             consumer.step(now - t0, now)
     except Interrupted as exc:
         interrupted = exc
-        print(f"nakflow receive: stopping on {exc}: draining {rx.snapshot()['queued']:,} "
-              "queued message(s)", file=sys.stderr, flush=True)
+        say(f"nakflow receive: stopping on {exc}: draining {rx.snapshot()['queued']:,} "
+            "queued message(s)")
     finally:
         rx.close()
     while True:  # after close the queue is ours: hand it over (or count it drained)
@@ -392,8 +404,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
     if snap["error"] is not None or consumer.error is not None:
         return EXIT_INCOMPLETE  # the receiver or its sink failed
     if interrupted is not None and one_shot:  # stopped before --senders or --duration
-        print(f"nakflow receive: interrupted by {interrupted} before it finished",
-              file=sys.stderr, flush=True)
+        say(f"nakflow receive: interrupted by {interrupted} before it finished")
         return 128 + interrupted.signum
     # a service's signal is how it stops: clean (0) unless data was missing (1)
     return status
@@ -439,14 +450,14 @@ def cmd_send(args: argparse.Namespace) -> int:
                 frame_msgs=args.frame_msgs, nak=nak_config(args))
     metrics = serve_metrics(args, tx)
     if metrics is not None:
-        print(f"nakflow send: metrics on {metrics.url}", file=sys.stderr, flush=True)
+        say(f"nakflow send: metrics on {metrics.url}")
     ended = False
     try:
         if args.wait_receivers:
             _wait_for_receivers(tx, args)
         ready = tx.core.receivers_ready()
-        print(f"nakflow send: {ready} receiver{'s' if ready != 1 else ''} ready; sending "
-              f"({args.mode})", file=sys.stderr, flush=True)
+        say(f"nakflow send: {ready} receiver{'s' if ready != 1 else ''} ready; sending "
+            f"({args.mode})")
         _send_all(tx, args, payload, count)
         tx.flush()
         ended = True
@@ -471,7 +482,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     if mismatch is not None:  # the report, then the cause as the last line
         snap["summary"], snap["problems"] = f"error: {mismatch}", [str(mismatch)]
         emit(snap, args.json, keys=PLAIN_KEYS["send"])
-        print(f"nakflow send: error: {mismatch}", file=sys.stderr, flush=True)
+        say(f"nakflow send: error: {mismatch}")
         return EXIT_INCOMPLETE
     verdict = sender_verdict(snap, planned=count, interrupted=interrupted)
     snap["summary"] = verdict.line
