@@ -2,6 +2,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 
@@ -9,16 +10,24 @@ import pytest
 
 from tests.netns import multicast_unavailable
 
-#: JVM flags for the suite's short-lived Spark JVMs (see tests/spark-conf/).
+#: JVM flags for the suite's short-lived Spark JVMs, given to every one of them.
 SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Every Spark JVM the tests start, in this process or in the commands they run,
-    lives for seconds on two cores: it gets C1 only and the serial collector (about 30 %
-    less start-up and job time). Not a library default: a long job wants C2."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    os.environ.setdefault("SPARK_CONF_DIR", os.path.join(here, "spark-conf"))
+    lives for seconds on two cores: it gets C1 only (no C2 compiler threads competing
+    with the job for the CPU) and the serial collector, about 30 % less start-up and job
+    time. Not a library default: a long job wants C2. Drivers take SPARK_SUBMIT_OPTS,
+    the standalone Master and Workers SPARK_DAEMON_JAVA_OPTS, and executors (local-cluster
+    and standalone) ``spark.executor.extraJavaOptions`` from a spark-defaults.conf in a
+    SPARK_CONF_DIR of the session's own."""
+    if "SPARK_CONF_DIR" not in os.environ:
+        conf_dir = tempfile.mkdtemp(prefix="nakflow-tests-spark-conf-")
+        with open(os.path.join(conf_dir, "spark-defaults.conf"), "w") as f:
+            f.write(f"spark.executor.extraJavaOptions  {SHORT_JVM}\n")
+        os.environ["SPARK_CONF_DIR"] = conf_dir
+        config.add_cleanup(lambda: shutil.rmtree(conf_dir, ignore_errors=True))
     for var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
         os.environ.setdefault(var, SHORT_JVM)
 
