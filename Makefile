@@ -37,7 +37,7 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 test: lint docs-build
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3 --dist loadscope
 
 # Repeat one test to look for flakes: make stress TEST=tests/test_live.py N=20 [BURN=1]
 N ?= 20

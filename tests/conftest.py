@@ -1,3 +1,4 @@
+import fcntl
 import os
 import shutil
 import socket
@@ -9,6 +10,70 @@ import urllib.request
 import pytest
 
 from tests.netns import multicast_unavailable
+
+# -- three workers, two cores (``make test`` runs the suite on three pytest-xdist workers) -
+#
+# The suite spends much of its time waiting (processes starting, timers, JVMs): on two
+# cores it took 14-20 min serially, 12m16s-12m40s on two workers (30-50 % idle in
+# their last five minutes, the short tests) and 10m17s on three from a fresh clone
+# (with the short-JVM flags below; without them, one fresh-clone run had every Spark
+# test 3-5x slower and two deadlines missed). These rules keep what a
+# test observes the same as in a serial run, and the workers evenly loaded:
+#
+# - a module's tests run on one worker, so its module fixtures (a standalone Spark
+#   cluster, the lab's namespaces) start once; the modules on the shared SparkSessions
+#   (the ``spark`` fixture) run on one worker, so there is one session per master for the
+#   run, as serially;
+# - the longest of these units go first (seconds measured in a serial run), so that no
+#   worker is left with a long one at the end;
+# - a test marked ``quiet`` measures flow control against receivers that are only as fast
+#   as the CPU they get (a queue that must not fill, a rate that must not be cut), runs a
+#   benchmark, watches RSS or puts a deadline on a process's progress: it runs
+#   alone, the other workers held between their tests. The lock below is a
+#   readers-writer lock on a file the workers see, writers first.
+#
+# (A custom scheduler, not ``--dist loadgroup``: with pytest 9.2, xdist 3.8's
+# ``xdist_group`` no longer changes a test's id, and the groups are silently ignored.)
+
+#: the modules whose tests share the session-wide SparkSessions
+SPARK_MODULES = ("tests/test_spark_adapter.py", "tests/test_datasource.py")
+#: seconds a unit took in a serial run (2 cores, 2026-11-26); the rest take under 30
+UNIT_SECONDS = {"spark": 185, "tests/test_standalone.py": 148, "tests/test_benchmarks.py": 90,
+                "tests/test_memory.py": 66, "tests/test_simulations.py": 58,
+                "tests/test_live.py": 39, "tests/test_chaos.py": 37,
+                "tests/test_speedups.py": 36, "tests/test_lab.py": 33,
+                "tests/test_repair_live.py": 30, "tests/test_readme.py": 30}
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or "spark"."""
+    module = nodeid.split("::", 1)[0]
+    return "spark" if module in SPARK_MODULES else module
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: without it, never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        """xdist's scope scheduling (a unit to a worker, whole), with our units, in the
+        order the workers collected them (longest first: ``_LongestFirst``)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByUnit(config, log)
+
+
+class _LongestFirst:
+    """Longest units first, after pytest has ordered the items by their fixtures' params
+    (a stable sort: that order within a unit stays)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        items.sort(key=lambda item: -UNIT_SECONDS.get(unit_of(item.nodeid), 0))
+
 
 #: JVM flags for the suite's short-lived Spark JVMs, given to every one of them.
 SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -30,6 +95,30 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(lambda: shutil.rmtree(conf_dir, ignore_errors=True))
     for var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
         os.environ.setdefault(var, SHORT_JVM)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        config.pluginmanager.register(_LongestFirst(), "nakflow-longest-first")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """Hold the machine shared for an ordinary test, alone for a ``quiet`` one, from the
+    setup of its fixtures (a module's receivers, a session's Spark) to their teardown."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    folder = item.config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+    quiet = item.get_closest_marker("quiet") is not None
+    with open(folder / "nakflow-turnstile.lock", "a") as gate, \
+            open(folder / "nakflow-machine.lock", "a") as machine:
+        fcntl.flock(gate, fcntl.LOCK_EX)  # a waiting quiet test holds it: no new readers
+        try:
+            fcntl.flock(machine, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

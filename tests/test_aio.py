@@ -26,6 +26,7 @@ async def consume(rx, count: int, out: list[int], pause_every: int = 100) -> Non
 
 
 @pytest.mark.parametrize("mode", ["nak", "ack"])
+@pytest.mark.quiet
 def test_a_slow_async_consumer_loses_nothing(mode):
     async def main():
         async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode=mode,

@@ -10,7 +10,7 @@ import pytest
 from tests.netns import multicast_unavailable
 from tests.snippets import run_snippet
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 
 
 def test_benchmark_suite_smoke(tmp_path):

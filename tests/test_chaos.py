@@ -18,6 +18,7 @@ COUNT, SLOW, CAP = 40_000, 10_000.0, 4_000
 
 
 @pytest.mark.parametrize("mode", ["nak", "ack"])
+@pytest.mark.quiet
 def test_lost_feedback_does_not_overrun_a_slow_receiver(mode):
     specs = [ReceiverSpec("slow", consume_rate_msgs=SLOW, capacity_msgs=CAP),
              ReceiverSpec("fast", capacity_msgs=CAP)]

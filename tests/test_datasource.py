@@ -120,6 +120,7 @@ def _start_stream(args: list[str]) -> subprocess.Popen[str]:
 
 
 @on_local
+@pytest.mark.quiet  # a deadline on the first run's progress (its own Spark)
 def test_a_stream_killed_mid_way_and_restarted_delivers_every_row_once(spark, tmp_path):
     """availableNow over 3 parquet files (one batch each), sent at 1,500 rows/s so that
     the first run (its own process) is surely mid-way when it is killed (SIGKILL: no

@@ -14,7 +14,7 @@ from benchmarks.lab import Lab, lab_unavailable, run_mode
 from nakflow.tables import parse_table
 from tests.snippets import run_snippet
 
-pytestmark = [pytest.mark.slow, pytest.mark.multicast]
+pytestmark = [pytest.mark.slow, pytest.mark.multicast, pytest.mark.quiet]
 HOSTS = ["tx", "rx1", "rx2", "rx3"]
 COUNT, SIZE = 8_000, 1_000  # 8 MB: 8 s at the bottleneck's 8 Mbit/s
 

@@ -20,7 +20,7 @@ from nakflow.policy.startup import REPORT_S
 from nakflow.testing import LocalReceivers, ReceiverSpec, feedback_phases, run_mode, run_sender
 from tests.flood import send_under_flood
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 SLOW_RATE = 10_000.0
 COUNT = 40_000
 

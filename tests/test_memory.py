@@ -33,7 +33,7 @@ from nakflow.testing import LocalReceivers, ReceiverSpec, nakflow_cmd
 from nakflow.wire import Bye, Credit, Data, End, Hello, decode, encode
 from tests.rss import RssSampler, rss_kib
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 GROWTH_LIMIT = 0.05
 FLOOD_LAG = 2_000  # frames the flood may run ahead of the receiver
 MAX_STREAMS = 2_000  # the flooded receiver's tables (``receive --max-streams``)

@@ -25,6 +25,7 @@ from nakflow.wire import SIGNALS, Gone, Nak, encode
 from simulations.cores import CoreSimParams, simulate_cores
 
 
+@pytest.mark.quiet
 def test_a_receiver_held_up_for_moments_that_then_catches_up_is_not_congested():
     """Three receivers whose processes stop for 40 ms every 300 ms (a busy host), each
     able to take 100,000 msgs/s, a sender at 20,000: every resume leaves an 80 % queue
@@ -108,6 +109,7 @@ def test_a_nak_with_a_rate_cuts_to_just_under_it():
     assert 45_000 < ctl.rate(now=1.0) <= 60_000 + 1  # the plateau: the reported rate
 
 
+@pytest.mark.quiet
 def test_a_held_up_receivers_own_drops_are_repaired_to_it_alone_within_the_share():
     """One of three receivers stops for 1 s: its queue overflows on resume (its own
     trouble); the repairs go to it alone (the others get no RDATA at all) and within the

@@ -485,6 +485,7 @@ def test_a_killed_receiver_is_reported_gone_never_complete(spark):
 
 
 @on_local
+@pytest.mark.quiet  # deadlines on a SIGSTOPped receiver's answers
 def test_a_task_whose_live_receiver_lacks_rows_fails_and_its_retry_delivers_them_once(spark):
     """Receiver r1 comes up while the task is sending (the task waits for one receiver
     only), and the sender's history is too short for it to catch up on what it missed

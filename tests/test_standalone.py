@@ -101,7 +101,13 @@ def test_shipped_writer_delivers_every_row_once_across_a_task_retry(cluster, bar
 
 def test_eval_on_its_own_standalone_cluster(tmp_path):
     """`nakflow eval --standalone 2` as docs/spark.md shows it: its own Master and
-    Workers, executors on a bare Python it made, nakflow shipped with the job."""
+    Workers, executors on a bare Python it made, nakflow shipped with the job; every row
+    at every receiver, the slow one's credit granted to the executors' senders.
+
+    Not that the slow receiver NAKs: NAK's start keeps no more in flight than a queue has
+    room for below 40 %, under the lowest NAK level, so a slow receiver of 79 messages
+    NAKs only if the executors outrun it once the start is over (a CI run had it send
+    none, running alone)."""
     run = run_snippet("standalone.sh", tmp_path, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "[eval] starting a standalone Master (spark://127.0.0.1:" in run.stderr
@@ -109,7 +115,7 @@ def test_eval_on_its_own_standalone_cluster(tmp_path):
     assert set(table) == {(m, r) for m in ("nak", "ack") for r in ("slow", "fast-1", "fast-2")}
     for key, row in table.items():
         assert (row["missing"], row["lost"], row["complete"]) == ("0", "0", "2/2"), key
-    assert int(table["nak", "slow"]["naks"]) > 0 and int(table["ack", "slow"]["credits"]) > 0
+    assert int(table["ack", "slow"]["credits"]) > 0
 
 
 def test_the_writer_works_through_a_spark_connect_server():

@@ -213,6 +213,7 @@ def test_nobody_answering_ends_the_start_after_a_stall_and_the_old_ramp_goes_on(
     assert core.policy.limits(now=SILENT_S + 0.01)[0] == NakConfig().start_rate_msgs
 
 
+@pytest.mark.quiet
 def test_fast_receivers_end_the_start_quickly_lose_nothing_and_go_quiet():
     """Four receivers that take 200,000 msgs/s each, 2 ms away: the start ends within a
     few hundred ms on its own (a full pipe, or nothing left to fill), nothing is lost or
@@ -228,6 +229,7 @@ def test_fast_receivers_end_the_start_quickly_lose_nothing_and_go_quiet():
         assert 0 < r["progress_sent"] <= start["ended_s"] / REPORT_S + 10
 
 
+@pytest.mark.quiet
 def test_a_slow_consumer_is_filled_no_further_than_half_and_the_limit_starts_near_it():
     """A consumer of 5,000 msgs/s behind a sender of 100,000: the start never fills its
     queue past its first NAK level (the room a receiver reports ends at half), so it drops
