@@ -38,13 +38,25 @@ def by_id(run: dict) -> dict[str, dict]:
     return {r["receiver_id"]: r for r in run["receivers"]}
 
 
+def why_dropped(run: dict, r: dict) -> dict:
+    """What a failure needs to tell a queue the flow control let fill from one its process
+    could not read in time: the queue over time, how late the receiving process ran, the
+    sender's start and cuts."""
+    tl = r["timeline"]
+    return {"receiver": r["receiver_id"], "late_max_ms": r["late_max_ms"],
+            "io_behind_polls": r["io_behind_polls"], "queue_peak": r["queue_peak"],
+            "timeline": {k: tl[k] for k in ("t", "depth", "dropped", "received")},
+            "start": run["sender"]["policy"]["start"],
+            "cut_events": run["sender"]["policy"]["cut_events"][:10]}
+
+
 def test_nak_slow_receiver_zero_loss_zero_drops_goodput_near_its_rate(slow_receiver_runs):
     """NAK mode: the sender settles at the slow receiver's rate. Nothing is lost or dropped
     anywhere, with a queue of only 200 ms at the slow receiver (2,000 msgs at 10k msgs/s).
     Measured: 0 drops in 3 of 3 runs, sender at 9.83-9.85k msgs/s (slow start included)."""
     run = slow_receiver_runs["nak"]
     for r in run["receivers"]:
-        assert (r["dropped"], r["lost"], r["delivered"]) == (0, 0, COUNT), r["receiver_id"]
+        assert (r["dropped"], r["lost"], r["delivered"]) == (0, 0, COUNT), why_dropped(run, r)
     slow = by_id(run)["slow"]
     assert run["sender"]["rate_msgs"] >= 0.75 * SLOW_RATE  # generous: 2 noisy cores
     assert slow["queue_peak"] < 2_000

@@ -153,6 +153,7 @@ class ReceiverCore(Endpoint):
         self.feedback_sent = self.feedback_bytes = self.test_dropped = 0
         self.flow_frames = 0  # of those, the flow policy's: NAKs (nak) or CREDITs (ack)
         self.io_behind_polls = 0
+        self.late_max = 0.0  # the longest the driver's I/O thread was late, s
         self.first_data_at: float | None = None
 
     # -- frames in ------------------------------------------------------------------------
@@ -387,6 +388,8 @@ class ReceiverCore(Endpoint):
         reads that follow, at ``now`` (``nakflow.live.lateness``): their frames' queueing
         delay is the process's, not the path's, and is discounted."""
         self._late = self._woke_late = seconds
+        if seconds > self.late_max:
+            self.late_max = seconds
         self.signals.was_late(seconds, now)
 
     def reading_for(self, seconds: float) -> None:
@@ -550,6 +553,7 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "receipts_sent": core.receipts_sent,
         "senders": core.tracker.per_sender(),
         "io_behind_polls": core.io_behind_polls,
+        "late_max_ms": round(core.late_max * 1000, 3),
         "naks_not_news": flow.get("naks_not_news", 0),
         "naks_while_paused": flow.get("naks_while_paused", 0),
         "loss_windows": sig.loss.windows, "delay_windows": sig.delay.windows,
