@@ -11,14 +11,18 @@ import pytest
 
 from tests.netns import multicast_unavailable
 
-# -- three workers, two cores (``make test`` runs the suite on three pytest-xdist workers) -
+# -- three workers, two cores, then the quiet tests alone ---------------------------------
 #
-# The suite spends much of its time waiting (processes starting, timers, JVMs): on two
-# cores it took 14-20 min serially, 12m16s-12m40s on two workers (30-50 % idle in
-# their last five minutes, the short tests) and 10m17s on three from a fresh clone
-# (with the short-JVM flags below; without them, one fresh-clone run had every Spark
-# test 3-5x slower and two deadlines missed). These rules keep what a
-# test observes the same as in a serial run, and the workers evenly loaded:
+# ``make test`` runs the suite in two pytest runs: the tests that share the machine on
+# three pytest-xdist workers (``-m "not quiet"``), then those marked ``quiet`` serially.
+# A quiet test measures flow control against receivers that are only as fast as the CPU
+# they get (a queue that must not fill, a rate that must not be cut), runs a benchmark,
+# watches RSS or puts a deadline on a process's progress: it must have the machine to
+# itself. In one run, each quiet test waited for the other workers' running tests to
+# end (a Spark test: up to 40 s) with the machine held by those alone: a fresh clone's
+# timeline had one test running for 287 s of its 761 (the 29 quiet tests took 295 s),
+# and the suite took 10m17s-12m49s. The rules for the shared run keep what a test
+# observes the same as in a serial run, and the workers evenly loaded:
 #
 # - a module's tests run on one worker, so its module fixtures (a standalone Spark
 #   cluster, the lab's namespaces) start once; the modules on the shared SparkSessions
@@ -26,10 +30,8 @@ from tests.netns import multicast_unavailable
 #   run, as serially;
 # - the longest of these units go first (seconds measured in a serial run), so that no
 #   worker is left with a long one at the end;
-# - a test marked ``quiet`` measures flow control against receivers that are only as fast
-#   as the CPU they get (a queue that must not fill, a rate that must not be cut), runs a
-#   benchmark, watches RSS or puts a deadline on a process's progress: it runs
-#   alone, the other workers held between their tests. The lock below is a
+# - should a run under xdist include quiet tests (``pytest -n 3`` by hand), each still
+#   runs alone, the other workers held between their tests: the lock below is a
 #   readers-writer lock on a file the workers see, writers first.
 #
 # (A custom scheduler, not ``--dist loadgroup``: with pytest 9.2, xdist 3.8's
