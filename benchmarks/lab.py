@@ -50,6 +50,9 @@ LAB_NOTES = {"receiver": "rx1, rx2 on full-speed links; the last one behind the 
                          "neither came)",
              "sent_before": "messages the sender sent before that first signal: the "
                             "start's overshoot at most (the link carries ~950 a second)",
+             "rise_s": "s from the sender's first DATA frame to its start's first delay "
+                       "rise (its growth slows from then; None: none)",
+             "sent_at_rise": "messages the sender sent before that delay rise",
              "at_close": "what the sender's close learnt of this receiver (its receipt: "
                          "complete or incomplete; gone; unconfirmed)"}
 #: Modes with flow control: a receiver of theirs that lacks a message makes the run fail
@@ -290,7 +293,8 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
                 "naks": "-", "progress": "-", "credits": "-", "repair_reqs": "-",
                 "fb_start": "-",
                 "fb_after": "-", "flow_start": "-", "flow_after": "-", "signal_s": "-",
-                "sent_before": "-", "at_close": "-"}  # NORM
+                "sent_before": "-", "rise_s": "-", "sent_at_rise": "-",
+                "at_close": "-"}  # NORM
     # does not say
     tl = snap.get("timeline") or {}
     times = [snap["started_at"] + t for t in tl.get("t", [])]

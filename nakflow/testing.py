@@ -243,20 +243,27 @@ def first_signal(sender: dict[str, Any]) -> dict[str, float | int | None]:
     pipe, a NAK, a stall: ``policy.startup``) or else its first cut, ``sent_before`` the
     messages sent by then (the start's own count, or interpolated between timeline
     samples). None where neither came (or it sent nothing): a start's overshoot is what
-    went out before the first signal came back."""
+    went out before the first signal came back. ``rise_s`` and ``sent_at_rise``: the same
+    at the start's first delay rise (its growth slows from then; the start ends on it
+    only if the rise lasts), None without one."""
     policy = sender.get("policy") or {}
     cuts = policy.get("cut_events") or []
     start = policy.get("start") or {}
     tl = sender.get("timeline") or {}
     t, sent = tl.get("t") or [], tl.get("sent") or []
     first = sender.get("first_data_s")
+    rise: dict[str, float | int | None] = {"rise_s": None, "sent_at_rise": None}
+    if first is not None and start.get("rise_s") is not None:
+        rise = {"rise_s": round(start["rise_s"] - first, 3),
+                "sent_at_rise": start.get("sent_at_rise")}
     if first is None:
-        return {"signal_s": None, "sent_before": None}
+        return {"signal_s": None, "sent_before": None, **rise}
     if start.get("ended") in START_SIGNALS and start.get("sent") is not None and (
             not cuts or start["ended_s"] <= cuts[0]["t"]):
-        return {"signal_s": round(start["ended_s"] - first, 3), "sent_before": start["sent"]}
+        return {"signal_s": round(start["ended_s"] - first, 3), "sent_before": start["sent"],
+                **rise}
     if not cuts:
-        return {"signal_s": None, "sent_before": None}
+        return {"signal_s": None, "sent_before": None, **rise}
     at = cuts[0]["t"]
     before = sent[-1] if sent else 0
     for i in range(1, len(t)):
@@ -265,7 +272,7 @@ def first_signal(sender: dict[str, Any]) -> dict[str, float | int | None]:
             frac = (at - t[i - 1]) / span if span > 0 else 1.0
             before = sent[i - 1] + frac * (sent[i] - sent[i - 1])
             break
-    return {"signal_s": round(at - first, 3), "sent_before": round(before)}
+    return {"signal_s": round(at - first, 3), "sent_before": round(before), **rise}
 
 
 def summarize(run: dict[str, Any]) -> list[dict[str, Any]]:

@@ -136,6 +136,12 @@ def test_a_delay_rise_that_lasts_ends_the_start_below_the_rate_it_delivered(monk
     # CSS_ROUNDS rounds or CSS_MAX_S before it ends the start
     assert st.why == "delay" and st.rise.spurious == 0
     assert st.ended_at is not None and st.ended_at < 0.015 + 0.025 + startup.CSS_MAX_S + 0.02
+    # the first sign came at the rise, before the end: the report says when, and what
+    # had gone out by then
+    assert st.rise_at is not None and 0.015 < st.rise_at < st.ended_at
+    assert st.rise_sent is not None and 0 < st.rise_sent < st.ended_sent
+    report = st.snapshot(0.0)
+    assert (report["rise_s"], report["sent_at_rise"]) == (round(st.rise_at, 6), st.rise_sent)
     rate, plateau, ramp = st.outcome(5_000.0)
     assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
     assert plateau == pytest.approx(st.delivery_rate) and 5_000 < plateau < 15_000
@@ -147,6 +153,7 @@ def test_a_delay_rise_that_falls_back_is_spurious_and_the_start_goes_on(monkeypa
     monkeypatch.setattr(startup, "FULL_ROUNDS", 10**6)
     st = _delayed(lambda t: 0.030 if 0.015 <= t < 0.040 else 0.0005, until=0.2)
     assert not st.done and st.rise.spurious == 1 and st.rise.css_rounds is None
+    assert st.rise_at is not None and 0.015 < st.rise_at < 0.045  # it was a sign all the same
 
 
 def test_a_delay_rise_ends_the_start_on_time_however_few_reports_follow_it():

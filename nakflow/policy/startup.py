@@ -224,6 +224,10 @@ class SlowStart:
         self._full_count = 0
         self._unfilled = 0
         self.rise = DelayRise()
+        #: when a delay rise was first seen (the start's first signal of a queue on the
+        #: path: its growth slows from then, CSS), and what had been sent by then
+        self.rise_at: float | None = None
+        self.rise_sent: int | None = None
 
     # -- the sender's questions -----------------------------------------------------------
     def allowance(self, now: float) -> int:
@@ -331,8 +335,12 @@ class SlowStart:
             self._last_move = now
         elif self.credit > credit:
             self._last_move = now  # a queue made room: no stall
-        if moved and self.rise.sample(receiver, delay, now):
-            return self.end("delay", now)
+        if moved:
+            ended = self.rise.sample(receiver, delay, now)
+            if self.rise_at is None and self.rise.css_rounds is not None:
+                self.rise_at, self.rise_sent = now, self.sent
+            if ended:
+                return self.end("delay", now)
         if (self.acked >= self._round_end and self.acked > self._round_acked
                 and now - self._round_t >= max(ROUND_MIN_S, self.rtt_s or 0.0)):
             return self._round_over(now)
@@ -443,7 +451,9 @@ class SlowStart:
                 "receivers": len(self.pos), "sent": self.ended_sent,
                 "spurious_delay_rises": self.rise.spurious,
                 "max_delay_rise_ms": round(self.rise.max_rise * 1000, 3),
-                "ended_s": None if self.ended_at is None else round(self.ended_at - t0, 6)}
+                "ended_s": None if self.ended_at is None else round(self.ended_at - t0, 6),
+                "rise_s": None if self.rise_at is None else round(self.rise_at - t0, 6),
+                "sent_at_rise": self.rise_sent}
 
 
 class ProgressReporter:
