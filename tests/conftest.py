@@ -16,7 +16,7 @@ from tests.netns import multicast_unavailable
 # ``make test`` runs the suite in two pytest runs: the tests that share the machine on
 # three pytest-xdist workers (``-m "not quiet"``), then those marked ``quiet`` serially.
 # A quiet test measures flow control against receivers that are only as fast as the CPU
-# they get (a queue that must not fill, a rate that must not be cut), runs a benchmark,
+# they get (a queue that must not fill, a rate that must not be cut), runs the lab,
 # watches RSS or puts a deadline on a process's progress: it must have the machine to
 # itself. In one run, each quiet test waited for the other workers' running tests to
 # end (a Spark test: up to 40 s) with the machine held by those alone: a fresh clone's
@@ -42,6 +42,7 @@ SPARK_MODULES = ("tests/test_spark_adapter.py", "tests/test_datasource.py")
 #: seconds a unit's shared tests took on three workers (a fresh clone's ``make test``, 2
 #: cores, 2026-11-27); the rest take under 30
 UNIT_SECONDS = {"spark": 230, "tests/test_standalone.py": 222,
+                "tests/test_benchmarks.py": 180,  # (its smoke alone: 90-118 s)
                 "tests/test_simulations.py": 160, "tests/test_readme.py": 45,
                 "tests/test_speedups.py": 44, "tests/test_multicast.py": 38,
                 "tests/test_repair_live.py": 31}
