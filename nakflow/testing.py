@@ -252,12 +252,12 @@ def first_signal(sender: dict[str, Any]) -> dict[str, float | int | None]:
     tl = sender.get("timeline") or {}
     t, sent = tl.get("t") or [], tl.get("sent") or []
     first = sender.get("first_data_s")
+    if first is None:
+        return {"signal_s": None, "sent_before": None, "rise_s": None, "sent_at_rise": None}
     rise: dict[str, float | int | None] = {"rise_s": None, "sent_at_rise": None}
-    if first is not None and start.get("rise_s") is not None:
+    if start.get("rise_s") is not None:
         rise = {"rise_s": round(start["rise_s"] - first, 3),
                 "sent_at_rise": start.get("sent_at_rise")}
-    if first is None:
-        return {"signal_s": None, "sent_before": None, **rise}
     if start.get("ended") in START_SIGNALS and start.get("sent") is not None and (
             not cuts or start["ended_s"] <= cuts[0]["t"]):
         return {"signal_s": round(start["ended_s"] - first, 3), "sent_before": start["sent"],

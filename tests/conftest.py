@@ -28,8 +28,8 @@ from tests.netns import multicast_unavailable
 #   cluster, the lab's namespaces) start once; the modules on the shared SparkSessions
 #   (the ``spark`` fixture) run on one worker, so there is one session per master for the
 #   run, as serially;
-# - the longest of these units go first (seconds measured in a serial run), so that no
-#   worker is left with a long one at the end;
+# - the longest of these units go first (``UNIT_SECONDS``, measured in the shared run),
+#   so that no worker is left with a long one at the end;
 # - should a run under xdist include quiet tests (``pytest -n 3`` by hand), each still
 #   runs alone, the other workers held between their tests: the lock below is a
 #   readers-writer lock on a file the workers see, writers first.
