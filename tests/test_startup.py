@@ -171,6 +171,38 @@ def test_a_delay_rise_ends_the_start_on_time_however_few_reports_follow_it():
     assert not st.check(end - 0.001) and st.check(end) and st.why == "delay"
 
 
+def test_a_rise_in_few_reports_is_seen_a_round_after_it_not_eight_reports_after():
+    """The lab's tcp run (8 Mbit/s link, RTT 1 ms): the receiver behind the link reported
+    this (ms after the first DATA, least delay in ms). Its queue shows from the 4th
+    report; 8-report blocks saw it at the 16th, 100 ms in. A block that also closes a
+    round (ROUND_MIN_S) after its first report, with DELAY_MIN_SAMPLES, sees it at the
+    9th, 29 ms in."""
+    at = [3, 4, 7, 19, 22, 23, 25, 27, 29, 46]
+    delay = [2.0, 1.5, 0.1, 13.5, 13.8, 15.1, 15.8, 16.5, 9.0, 25.6]
+    rise = startup.DelayRise()
+    rise.rtt_s = 0.001
+    seen = None
+    for t, d in zip(at, delay, strict=True):
+        assert not rise.sample("rx3", d / 1000, t / 1000)
+        if seen is None and rise.css_rounds is not None:
+            seen = t
+    assert seen == 29 and rise.deadline() == pytest.approx(0.029 + startup.CSS_MAX_S)
+    assert rise.max_rise == pytest.approx(0.0134)  # the block 19-27 ms over 0.1 ms
+
+
+def test_a_confirmation_whose_delay_is_up_grows_the_window_a_quarter_as_fast():
+    st = SlowStart(16, max_rate_msgs=1e6)
+    st.on_sent(st.allowance(0.0))
+    st.on_progress("a", 8, 10**6, 0.001, 0.001)
+    assert st.cwnd == 24  # by what it confirmed
+    st.on_sent(st.allowance(0.001))
+    st.on_progress("a", 16, 10**6, 0.030, 0.002)  # 29 ms above its least: suspect
+    assert st.cwnd == 24 + 8 / startup.CSS_DIVISOR
+    assert st.rise.css_rounds is None  # one report is no rise: the start goes on
+    st.on_progress("a", 24, 10**6, 0.0012, 0.003)  # back down: full speed again
+    assert st.cwnd == 26 + 8
+
+
 def test_a_nak_in_the_start_cuts_from_what_was_sent_no_higher_than_consumers_take():
     """A 200 ms path whose window doubles past what the consumers take (50,000 msgs/s,
     reported once their queues backed up): the NAK that ends the start cuts from the

@@ -14,11 +14,13 @@ receiver's queue has room for (ACK's credit):
   has everything sent when it began, and lasts ``ROUND_MIN_S`` and an RTT at least); it
   is never less than an RTT of the ramp it replaces (unless a receiver's room fell
   below half the most it reported: its queue fills), and is paced at ``PACE_GAIN`` x
-  window / RTT on paths of ``PACE_MIN_RTT_S`` or more;
+  window / RTT on paths of ``PACE_MIN_RTT_S`` or more; a confirmation whose report's
+  delay is up (below) grows it a quarter as fast;
 - the start ends on the first of:
 
-  - a receiver's least one-way delay over ``DELAY_SAMPLES`` reports up by
-    clamp(RTT/8, 4 ms, 16 ms) on the least it showed, and still up after
+  - a receiver's least one-way delay over ``DELAY_SAMPLES`` reports (or
+    ``DELAY_MIN_SAMPLES`` over a round) up by clamp(RTT/8, 4 ms, 16 ms) on the least
+    it showed, and still up after
     ``CSS_ROUNDS`` rounds (``CSS_MAX_S`` at most) of growing a quarter as fast
     (HyStart++, RFC 9406 4.2-4.3: a rise that falls back below what it rose to was
     spurious, a process descheduled, and the start goes on);
@@ -54,9 +56,14 @@ __all__ = ["DELAY_SAMPLES", "DRAIN", "FORGET_S", "MAX_S", "REPORT_S", "SILENT_S"
 
 #: A receiver sends one PROGRESS per sender at most this often, s.
 REPORT_S = 0.001
-#: Reports of a receiver in a round before its delay rise may end the start (HyStart++'s
-#: N_RTT_SAMPLE).
+#: Reports of a receiver in a block before its delay rise may end the start (HyStart++'s
+#: N_RTT_SAMPLE) ...
 DELAY_SAMPLES = 8
+#: ... or, once a round (ROUND_MIN_S or the RTT) has passed since the block's first, at
+#: least this many: a receiver behind a slow link reports about once a frame, and its
+#: frames come in bursts (a TCP sender gets a sample per ACK; 8 took the lab's tcp run
+#: 100 ms and 260 messages, where 3 showed the queue at 29 ms).
+DELAY_MIN_SAMPLES = 3
 #: The delay rise that ends the start: clamp(RTT / 8, these), s (HyStart++'s eta).
 DELAY_RISE_S = (0.004, 0.016)
 #: After a delay rise: rounds of growth divided by CSS_DIVISOR before the start ends,
@@ -105,22 +112,25 @@ Key = tuple[str, int]
 class DelayRise:
     """The start's delay exit, HyStart++ (RFC 9406 4.2-4.3) over the receivers' reports:
     ``sample`` takes a report's least one-way delay; each receiver's blocks of
-    DELAY_SAMPLES reports are judged against the least it ever showed (its clock offset
-    cancels). A block whose least is ``threshold()`` above that begins the conservative
-    growth (CSS, ``css_rounds`` not None); in it, a block of every receiver that rose
-    back below what it rose to was spurious (a process descheduled: the start goes on),
-    and CSS_ROUNDS rounds (``on_round``) or CSS_MAX_S of it (``deadline``) end the
-    start."""
+    DELAY_SAMPLES reports (or of DELAY_MIN_SAMPLES over a round: a report that comes a
+    round after a block's first begins the next) are judged against the least it ever
+    showed (its clock offset cancels). A block whose least is ``threshold()`` above that
+    begins the conservative growth (CSS, ``css_rounds`` not None); in it, a block of every
+    receiver that rose back below the threshold was spurious (a process descheduled: the
+    start goes on), and CSS_ROUNDS rounds (``on_round``) or CSS_MAX_S of it
+    (``deadline``) end the start. HyStart++ calls a rise spurious once a round's least
+    falls below the least of the round it rose in; a link's queue is not monotone (in the
+    lab's tcp run 13.5 ms, then 9.0 while TCP recovered, 9 ms over its least), and that
+    rule took it for spurious twice in one start."""
 
     def __init__(self) -> None:
         self.rtt_s: float | None = None  # the path's least RTT (the threshold's scale)
-        # per receiver: [least delay this block, samples in it, least ever]
+        # per receiver: [least delay this block, samples in it, least ever, block's first]
         self._rows: dict[str, list[float]] = {}
-        #: in CSS: rounds since the rise, when, and each risen receiver's least delay in
-        #: the block it rose (HyStart++'s cssBaselineMinRtt)
+        #: in CSS: rounds since the rise, when, and the receivers whose delay is up
         self.css_rounds: int | None = None
         self._css_at = 0.0
-        self._base: dict[str, float] = {}
+        self._risen: set[str] = set()
         self.spurious = 0  # delay rises that fell back (the start went on)
         self.max_rise = 0.0  # the largest rise of a block's least delay seen, s
 
@@ -129,36 +139,50 @@ class DelayRise:
         lo, hi = DELAY_RISE_S
         return min(max((self.rtt_s or 0.0) / 8, lo), hi)
 
+    def suspect(self, receiver: str, delay: float) -> bool:
+        """A report's least delay is ``threshold()`` above the least its receiver ever
+        showed: one report is no rise (a process descheduled), but the window should not
+        grow at full speed on it while its block is judged."""
+        row = self._rows.get(receiver)
+        return row is not None and delay >= row[2] + self.threshold()
+
     def sample(self, receiver: str, delay: float, now: float) -> bool:
         """A report's least delay; True if the rise lasted CSS_MAX_S (the start ends)."""
         row = self._rows.get(receiver)
         if row is None:
-            row = self._rows[receiver] = [math.inf, 0.0, math.inf]
-        if delay < row[2]:
-            row[2] = delay
+            row = self._rows[receiver] = [math.inf, 0.0, math.inf, now]
+        if now >= self.deadline():
+            return True
+        if row[1] >= DELAY_MIN_SAMPLES and now - row[3] >= max(ROUND_MIN_S,
+                                                                self.rtt_s or 0.0):
+            self._judge(receiver, row, now)  # a round is over: this report begins the next
+        if row[1] == 0:
+            row[3] = now
         if delay < row[0]:
             row[0] = delay
         row[1] += 1
-        if now >= self.deadline():
-            return True
-        if row[1] < DELAY_SAMPLES:
-            return False
+        if row[1] >= DELAY_SAMPLES:
+            self._judge(receiver, row, now)
+        if delay < row[2]:
+            row[2] = delay
+        return False
+
+    def _judge(self, receiver: str, row: list[float], now: float) -> None:
+        """A block of ``receiver``'s reports is over: did its least delay rise?"""
         least, row[0], row[1] = row[0], math.inf, 0.0
         self.max_rise = max(self.max_rise, least - row[2])
-        base = self._base
+        risen, up = self._risen, least >= row[2] + self.threshold()
         if self.css_rounds is None:
-            if least >= row[2] + self.threshold():
+            if up:
                 self.css_rounds, self._css_at = 0, now  # slower growth: is the rise real?
-                base.clear()
-                base[receiver] = least
-        elif receiver in base:
-            if least < base[receiver]:
-                del base[receiver]  # back below what it rose to
-                if not base:  # every receiver that rose fell back: spurious
-                    self.css_rounds, self.spurious = None, self.spurious + 1
-        elif least >= row[2] + self.threshold():
-            base[receiver] = least
-        return False
+                risen.clear()
+                risen.add(receiver)
+        elif up:
+            risen.add(receiver)
+        elif receiver in risen:
+            risen.discard(receiver)  # back below the threshold
+            if not risen:  # every receiver that rose fell back: spurious
+                self.css_rounds, self.spurious = None, self.spurious + 1
 
     def on_round(self) -> bool:
         """A round is over; True if CSS lasted CSS_ROUNDS of them (the start ends)."""
@@ -174,7 +198,7 @@ class DelayRise:
 
     def forget(self, receiver: str) -> None:
         self._rows.pop(receiver, None)
-        self._base.pop(receiver, None)
+        self._risen.discard(receiver)
 
 
 class SlowStart:
@@ -315,8 +339,10 @@ class SlowStart:
         if before is None and len(pos) >= MAX_RECEIVERS:
             return False
         moved = before is None or next_seq > before
+        suspect = False
         if moved:
             pos[receiver] = min(next_seq, self.sent)
+            suspect = self.rise.suspect(receiver, delay)
         credit = self.credit
         self.room[receiver] = pos[receiver] + room
         self.most_room[receiver] = max(room, self.most_room.get(receiver, 0))
@@ -328,7 +354,7 @@ class SlowStart:
         least = min(pos.values())
         if least > self.acked:
             grow: float = least - self.acked
-            if self.rise.css_rounds is not None:
+            if self.rise.css_rounds is not None or suspect:
                 grow /= CSS_DIVISOR
             self.cwnd = min(self.cwnd + grow, self.max_window)
             self.acked = least
