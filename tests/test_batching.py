@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from nakflow import ConfigError, NakConfig
+from nakflow import ConfigError, NakConfig, SenderConfig, SenderCore
 from nakflow.core.batch import (
     ADDED,
     FIRST,
@@ -24,6 +24,7 @@ from nakflow.core.batch import (
 )
 from nakflow.live.receiver import Receiver
 from nakflow.live.sender import Sender
+from nakflow.policy.bucket import TokenBucket
 
 
 def batcher(**kw) -> FrameBatcher:
@@ -71,6 +72,35 @@ def test_a_payload_no_frame_can_hold_is_refused_and_the_frame_is_kept():
     with pytest.raises(ValueError):
         b.offer(b"z" * 96, 1.0)  # nor as a frame's first
     assert b.payloads == []
+
+
+def _held_at(rate: float, n: int, gather_s: float) -> tuple[int, float]:
+    """A blocking sender's loop over a SenderCore at a fixed limit of ``rate`` (no
+    start): (DATA frames for ``n`` messages of 1 KB, the time they took)."""
+    core = SenderCore(SenderConfig(
+        stream="s", sender_id="tx", epoch=1,
+        nak=NakConfig(initial_rate_msgs=rate, max_rate_msgs=rate, start_window_msgs=None,
+                      gather_s=gather_s)), now=0.0)
+    now, msg = 0.0, b"m" * 1000
+    for _ in range(n):
+        while wait := core.offer(msg, now):
+            now += wait
+    core.flush(now)
+    return core.snapshot(now)["frames"], now
+
+
+def test_a_sender_the_limit_holds_back_sends_what_then_may_go_as_one_frame():
+    """At a slow link's rate (900 msgs/s) a sender held by the limit sent one message a
+    frame, each paying a frame's headers (6 % of a 1 KB message on the lab's link): it
+    now waits until gather_s of the rate may go (3 messages), which leave together. The
+    limit holds all the same."""
+    frames, took = _held_at(900.0, 900, 0.004)
+    alone, took_alone = _held_at(900.0, 900, 0.0)
+    assert alone >= 880  # one a frame (the burst's first few aside)
+    assert frames <= 900 // 3 + 5
+    cfg = NakConfig()
+    burst = TokenBucket(900.0, burst_s=cfg.burst_s, gather_s=cfg.gather_s).capacity
+    assert took >= (900 - burst) / 900 and took_alone >= (900 - burst) / 900
 
 
 def test_bad_bounds_are_config_errors():
@@ -184,7 +214,8 @@ def test_the_rate_limit_holds_per_message_with_batching():
             tx.send(b"r")
         tx.flush()
         elapsed = time.monotonic() - t0
-        burst = rate * NakConfig().burst_s  # the token bucket's burst
+        cfg = NakConfig()  # the token bucket's burst (and what a held sender gathers)
+        burst = TokenBucket(rate, burst_s=cfg.burst_s, gather_s=cfg.gather_s).capacity
         assert elapsed >= (n - burst - 256) / rate  # never faster than the limit allows
         assert len(take(rx, n)) == n
     finally:

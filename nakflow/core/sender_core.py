@@ -172,6 +172,8 @@ class SenderCore(Endpoint):
                     self.timer_changed = True
                 return delay
             adm.allow, adm.until = 1, now + ALLOWANCE_S
+        if adm.blocked_since is not None:  # it waited: held back, not idle, so the first
+            self.batch.last_out = now  # of what may go now waits for the rest (one frame)
         adm.unblock(now)
         return self.offer(payload, now)
 

@@ -6,6 +6,10 @@ from typing import Any
 
 from ..errors import ConfigError
 
+#: A held sender gathers no more than this many messages: past a few, a frame's
+#: headers are a small share (at high rates a driver's millisecond wait gathers more).
+GATHER_MSGS = 8.0
+
 
 class TokenBucket:
     """Paces a count (messages, or bytes) to ``rate`` per second.
@@ -14,19 +18,28 @@ class TokenBucket:
     seconds to wait before asking again (nothing is taken). A request larger
     than the burst is let through once the bucket is full and leaves a debt, so
     a big batch is paced, not refused forever. ``set_rate`` takes effect at once.
+    ``gather_s``: a request that must wait waits until ``gather_s`` of the rate (at
+    most GATHER_MSGS) may go, so what then goes can leave together (0: until the
+    request may go); the bucket holds that on top of the burst, so a wait that runs
+    over (a driver's poll counts in whole milliseconds) loses nothing.
     """
 
-    __slots__ = ("_capacity", "_last", "_min_burst", "_rate", "_tokens", "burst_s", "waits")
+    __slots__ = ("_capacity", "_last", "_min_burst", "_rate", "_tokens", "burst_s",
+                 "gather_s", "waits")
 
-    def __init__(self, rate: float, *, burst_s: float = 0.005, min_burst: float = 1.0) -> None:
+    def __init__(self, rate: float, *, burst_s: float = 0.005, min_burst: float = 1.0,
+                 gather_s: float = 0.0) -> None:
         if not rate > 0:
             raise ConfigError("rate must be > 0")
         if not burst_s > 0 or not min_burst > 0:
             raise ConfigError("burst_s and min_burst must be > 0")
+        if not gather_s >= 0:
+            raise ConfigError("gather_s must be >= 0")
         self.burst_s = burst_s
+        self.gather_s = gather_s
         self._min_burst = min_burst
         self._rate = float(rate)
-        self._capacity = max(min_burst, rate * burst_s)
+        self._capacity = max(min_burst, rate * burst_s) + self._gather()
         self._tokens = self._capacity
         self._last: float | None = None
         self.waits = 0
@@ -52,11 +65,19 @@ class TokenBucket:
         """Take ``n`` tokens at ``now`` and return 0.0, or return the wait in seconds."""
         self._refill(now)
         need = n if n < self._capacity else self._capacity
-        if self._tokens >= need:
+        if self._tokens >= need - 1e-9:  # a wait of what it said suffices, rounding aside
             self._tokens -= n
             return 0.0
         self.waits += 1
+        gather = self._gather()
+        if gather > need:
+            need = gather
         return (need - self._tokens) / self._rate
+
+    def _gather(self) -> float:
+        """Tokens a held sender waits for, at least (0: none beyond its request)."""
+        g = self._rate * self.gather_s
+        return g if g < GATHER_MSGS else GATHER_MSGS
 
     def take_up_to(self, n: int, *, now: float) -> int:
         """Take as many whole tokens as are available, at most ``n``; return how many."""
@@ -79,7 +100,7 @@ class TokenBucket:
             raise ConfigError("rate must be > 0")
         self._refill(now)
         self._rate = float(rate)
-        self._capacity = max(self._min_burst, rate * self.burst_s)
+        self._capacity = max(self._min_burst, rate * self.burst_s) + self._gather()
         if self._tokens > self._capacity:
             self._tokens = self._capacity
 

@@ -168,7 +168,8 @@ class NakFlow(SenderFlow):
         self.stream = stream
         self.controller = NakRateController(config)
         cfg = self.controller.config
-        self.bucket = TokenBucket(cfg.start_rate_msgs, burst_s=cfg.burst_s)
+        self.bucket = TokenBucket(cfg.start_rate_msgs, burst_s=cfg.burst_s,
+                                  gather_s=cfg.gather_s)
         self.attribution = CutLog()
         self.start: SlowStart | None = None  # the start, while it lasts (use_startup)
         self.start_report: dict[str, Any] | None = None
