@@ -8,7 +8,7 @@ from ..errors import ConfigError
 
 #: A held sender gathers no more than this many messages: past a few, a frame's
 #: headers are a small share (at high rates a driver's millisecond wait gathers more).
-GATHER_MSGS = 8.0
+GATHER_MSGS = 4.0
 
 
 class TokenBucket:
