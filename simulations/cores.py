@@ -110,6 +110,7 @@ class SimLink:
             queue = self.queues[i]
             while box and box[0][0] <= k and rx.wants_data(queue.full):
                 rx.receive_data(box.popleft()[1], t)
+            rx.io_behind(bool(box) and box[0][0] <= k, t)  # frames due left unread
             hear = self.overheard[i]
             while hear and hear[0][0] <= k:
                 rx.receive_overheard(hear.popleft()[1], t)
@@ -186,6 +187,9 @@ class CoreSimParams:
     pause_for_s: float = 0.3
     #: ... from pause_at_s on, s.
     pause_at_s: float = 1.0
+    #: The paused receivers' consumers stop, not their processes: their I/O goes on
+    #: reading into a queue nobody takes from (a consumer away, not a process stopped).
+    consumer_away: bool = False
     #: The next `dead` receivers stop for good at dead_at_s.
     dead: int = 0
     dead_at_s: float = 2.0
@@ -249,10 +253,11 @@ def simulate_cores(p: CoreSimParams, mode: str, *, seed: int = 0) -> dict[str, A
         for i in range(n):
             if link.gone[i]:
                 continue
-            link.stopped[i] = _stopped(p, i, t)
+            away = _stopped(p, i, t)
+            link.stopped[i] = away and not (p.consumer_away and i < p.paused)
             if p.paused <= i < p.paused + p.dead and link.stopped[i]:
                 link.disconnect(i)  # dead
-            if not link.stopped[i]:
+            if not away:
                 carry[i] += p.consume_rate_msgs * dt
                 for msg in link.queues[i].take(int(carry[i]), 0):
                     seen[i][msg.seq] += 1

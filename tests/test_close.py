@@ -280,3 +280,24 @@ def test_a_receiver_back_from_a_stop_takes_its_backlog_at_its_pace_and_drops_non
     run.until_closed()
     run.settle()
     assert run.stream(1)["status"] == "complete"
+
+
+def test_what_was_sent_after_a_stop_waits_behind_its_backlog_and_is_not_dropped_either():
+    """Receiver 1 is stopped for 1 s; back, it holds back its backlog (above), and what
+    was sent after it resumed waits in the socket behind that backlog. Read into a full
+    queue, that was dropped (the hold-back followed each frame's send time), and by the
+    time it was asked for, a short history (5,000 messages here; 0.8 s of a 1 KB fan-out
+    with the default 64 MiB) no longer held it: a fan-out stopped 3 s lost 80-1,853 so
+    in 4 of 16 runs. Now the receiver holds back until it has emptied its socket."""
+    run = Run(2, messages=60_000, capacity=1_000, consume=20,
+              repair=RepairConfig(history_msgs=5_000))
+    while run.tx.sent < 10_000:
+        run.step()
+    stop_until = run.link.now + 1.0
+    while run.link.now < stop_until:
+        run.step(stopped={1})
+    dropped_at_resume = run.rxs[1].dropped
+    run.until_closed()
+    run.settle()
+    assert run.rxs[1].dropped == dropped_at_resume, run.stream(1)
+    assert run.stream(1)["status"] == "complete"

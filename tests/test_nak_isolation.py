@@ -111,12 +111,14 @@ def test_a_nak_with_a_rate_cuts_to_just_under_it():
 
 @pytest.mark.quiet
 def test_a_held_up_receivers_own_drops_are_repaired_to_it_alone_within_the_share():
-    """One of three receivers stops for 1 s: its queue overflows on resume (its own
-    trouble); the repairs go to it alone (the others get no RDATA at all) and within the
-    repair share, and the others' goodput is not touched."""
+    """One of three receivers' consumer is away for 1 s while its I/O reads on: its queue
+    overflows (its own trouble); the repairs go to it alone (the others get no RDATA at
+    all) and within the repair share, and the others' goodput is not touched. (A
+    stopped process drops nothing: it holds its backlog back, tests/test_close.py.)"""
     p = CoreSimParams(receivers=3, paused=1, pause_at_s=1.0, pause_every_s=10.0,
                       pause_for_s=1.0, capacity_msgs=2_000, consume_rate_msgs=40_000.0,
-                      sender_max_rate_msgs=20_000.0, hwm_frames=100_000, duration_s=4.0)
+                      sender_max_rate_msgs=20_000.0, hwm_frames=100_000, duration_s=4.0,
+                      consumer_away=True)
     r = simulate_cores(p, "nak", seed=2)
     paused, *others = r["receivers"]
     assert paused["queue_drops"] > 0 and paused["repaired"] >= paused["queue_drops"]

@@ -85,10 +85,12 @@ class AsyncReceiver:
                 if self._adata in ready:
                     lateness.data_read(now)
                     woke = now
-                    for buf in drain(self._data, core.read_chunk):
+                    bufs = drain(self._data, core.read_chunk)
+                    for buf in bufs:
                         now = time.monotonic()  # a frame's age at the time it is read
                         core.reading_for(now - woke)
                         core.receive_data(buf, now)
+                    core.io_behind(len(bufs) >= core.read_chunk, now)
                 if self._hear is not None and self._ahear in ready:
                     for buf in drain(self._hear, 1_000):
                         core.receive_overheard(buf, now)
