@@ -257,8 +257,9 @@ class AckConfig:
     #: Unused credit of a sender that sent nothing for this long while saying it waits for
     #: credit (elsewhere, then) stops reserving queue room, s. Grants cannot be taken
     #: back, so without this two senders can deadlock: each holding unused credit at one
-    #: receiver while waiting for credit at another. If such a sender comes back, the
-    #: queue can overflow (drops are counted). As long as receiver_timeout_s: a deadlock
+    #: receiver while waiting for credit at another. If such a sender comes back, what
+    #: does not fit the queue waits in the receiver's socket (an ack receiver's full
+    #: queue reads no further). As long as receiver_timeout_s: a deadlock
     #: then costs what a dead receiver costs, and a merely slow or CPU-starved receiver
     #: elsewhere (1 s was seen under load) does not trigger it.
     idle_credit_s: float = 5.0

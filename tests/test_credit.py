@@ -350,3 +350,34 @@ def test_a_new_epoch_of_a_sender_retires_the_old_ones_reservation():
     g.on_released(old, 30)
     g.on_sender(("t", 1), 0, now=0.3)  # another id is not affected by s's epochs
     assert set(g.senders) == {new, ("t", 1)}
+
+
+def test_an_ack_receivers_full_queue_holds_back_what_a_sender_sent_past_it():
+    """A sender that has not heard this receiver yet (it restarted under its id: data
+    comes as soon as ZeroMQ reconnects) sends past its queue: what does not fit stays in
+    the socket, not dropped (no repair in ack would bring it back), and comes in as the
+    consumer makes room."""
+    from nakflow import ReceiverConfig, ReceiverCore
+    from nakflow.live.delivery_queue import DeliveryQueue
+    from nakflow.wire import encode_data
+
+    core = ReceiverCore(ReceiverConfig(mode="ack", receiver_id="r", capacity_msgs=10),
+                        now=0.0)
+    q = DeliveryQueue(10, "drop-newest", wake=lambda: None, wake_every=1)
+    seq, now = 0, 0.0
+    while core.wants_data(q.full) and seq < 100:  # the driver reads while it may
+        now += 0.001
+        core.receive_data(encode_data("default", "s", 1, seq, now, [b"x", b"y"]), now)
+        seq += 2
+        core.exchange(q, now)
+    assert seq < 100 and len(q) == 10 and core.dropped == 0
+    assert not core.wants_data(q.full)  # the rest waits in the socket
+    got = len(q.take(10, 0))
+    core.exchange(q, now + 0.001)
+    while core.wants_data(q.full) and seq < 100:
+        now += 0.001
+        core.receive_data(encode_data("default", "s", 1, seq, now, [b"x", b"y"]), now)
+        seq += 2
+        core.exchange(q, now)
+    got += len(q.take(100, 0))
+    assert core.dropped == 0 and got == seq - len(core.deliveries())

@@ -424,8 +424,8 @@ class ReceiverCore(Endpoint):
 
     def wants_data(self, queue_full: bool) -> bool:
         """Read the data channel now? Not while the queue is full under ``block``, nor
-        while it is full and this receiver holds back its own backlog
-        (``_holding_back``)."""
+        while it is full and this receiver holds back (its own backlog, or in ``ack``:
+        ``_holding_back``)."""
         return not (queue_full and (self.config.overflow == "block"
                                     or self._holding_back()))
 
@@ -439,8 +439,14 @@ class ReceiverCore(Endpoint):
         and asked for each ten times. Until the socket is emptied, not only the frames
         sent before the hold-up ended: those sent after it waited behind them, and once
         they were dropped (the flag followed each frame's send time) the history, 0.8 s
-        of a 1 KB fan-out, no longer held them: 80-1,853 beyond history in 4 of 16 stops."""
-        return self._backlog and self.requester is not None
+        of a 1 KB fan-out, no longer held them: 80-1,853 beyond history in 4 of 16 stops.
+
+        In ``ack`` always: credit keeps a known sender within the queue, so a full queue
+        means one that has not heard this receiver yet (a receiver restarted under its
+        id: data comes as soon as ZeroMQ reconnects, before the sender hears its HELLO;
+        one CI run dropped 50 so) or credit lent away; no repair would bring a drop back,
+        and what waits in the socket is delivered once the consumer makes room."""
+        return (self._backlog and self.requester is not None) or self.mode == "ack"
 
     # -- feedback and timers --------------------------------------------------------------
     def _feedback(self, now: float) -> None:
