@@ -79,10 +79,17 @@ class TokenBucket:
         g = self._rate * self.gather_s
         return g if g < GATHER_MSGS else GATHER_MSGS
 
+    def wait(self, n: float, *, now: float) -> float:
+        """Seconds until ``n`` tokens (at most the burst) are there, 0.0 if they are;
+        takes nothing."""
+        self._refill(now)
+        need = n if n < self._capacity else self._capacity
+        return 0.0 if self._tokens >= need - 1e-9 else (need - self._tokens) / self._rate
+
     def take_up_to(self, n: int, *, now: float) -> int:
         """Take as many whole tokens as are available, at most ``n``; return how many."""
         self._refill(now)
-        k = int(self._tokens)
+        k = int(self._tokens + 1e-9)  # as request: a wait of what it said suffices
         if k > n:
             k = n
         if k > 0:
