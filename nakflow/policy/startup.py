@@ -22,7 +22,7 @@ receiver's queue has room for (ACK's credit):
     ``DELAY_MIN_SAMPLES`` over a round) up by clamp(RTT/8, 4 ms, 16 ms) on the least
     it showed, and still up after
     ``CSS_ROUNDS`` rounds (``CSS_MAX_S`` at most) of growing a quarter as fast
-    (HyStart++, RFC 9406 4.2-4.3: a rise that falls back below what it rose to was
+    (HyStart++, RFC 9406 4.2-4.3: a rise that falls back below the threshold was
     spurious, a process descheduled, and the start goes on);
   - three window-limited rounds whose delivery rate grew less than 1.25x (BBR's full
     pipe);
