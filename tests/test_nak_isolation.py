@@ -114,9 +114,12 @@ def test_a_held_up_receivers_own_drops_are_repaired_to_it_alone_within_the_share
     """One of three receivers' consumer is away for 1 s while its I/O reads on: its queue
     overflows (its own trouble); the repairs go to it alone (the others get no RDATA at
     all) and within the repair share, and the others' goodput is not touched. (A
-    stopped process drops nothing: it holds its backlog back, tests/test_close.py.)"""
+    stopped process drops nothing: it holds its backlog back, tests/test_close.py.) The
+    queue holds 0.2 s of the sender's rate, so the consumer is judged away (PAUSE_S,
+    0.1 s) before it overflows: drops before that judgement are not known to be its own
+    and are repaired to everyone (with 2,000, 0.1 s exactly, the first 20 of 18,028)."""
     p = CoreSimParams(receivers=3, paused=1, pause_at_s=1.0, pause_every_s=10.0,
-                      pause_for_s=1.0, capacity_msgs=2_000, consume_rate_msgs=40_000.0,
+                      pause_for_s=1.0, capacity_msgs=4_000, consume_rate_msgs=40_000.0,
                       sender_max_rate_msgs=20_000.0, hwm_frames=100_000, duration_s=4.0,
                       consumer_away=True)
     r = simulate_cores(p, "nak", seed=2)
