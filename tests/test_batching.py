@@ -112,6 +112,8 @@ def test_bad_bounds_are_config_errors():
 
 # -- live --------------------------------------------------------------------------------
 def pair(mode: str = "nak", *, rx_kw: dict | None = None, **tx_kw) -> tuple[Receiver, Sender]:
+    if mode == "nak":  # the batcher's own bounds: NAK's start holds a frame to an eighth
+        tx_kw.setdefault("nak", NakConfig(start_window_msgs=None))  # of its window
     rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode=mode, **(rx_kw or {}))
     tx = Sender(rx.data_endpoints, rx.feedback_endpoints, mode=mode, **tx_kw)
     tx.wait_for_receivers(1)

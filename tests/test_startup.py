@@ -196,11 +196,109 @@ def test_a_confirmation_whose_delay_is_up_grows_the_window_a_quarter_as_fast():
     st.on_progress("a", 8, 10**6, 0.001, 0.001)
     assert st.cwnd == 24  # by what it confirmed
     st.on_sent(st.allowance(0.001))
-    st.on_progress("a", 16, 10**6, 0.030, 0.002)  # 29 ms above its least: suspect
-    assert st.cwnd == 24 + 8 / startup.CSS_DIVISOR
-    assert st.rise.css_rounds is None  # one report is no rise: the start goes on
-    st.on_progress("a", 24, 10**6, 0.0012, 0.003)  # back down: full speed again
-    assert st.cwnd == 26 + 8
+    st.on_progress("a", 12, 10**6, 0.030, 0.002)  # 29 ms above its least: suspect
+    assert st.cwnd == 24 + 4 / startup.CSS_DIVISOR
+    # a report of fewer than DELAY_SAMPLES messages is no rise: the start goes on
+    assert st.rise.css_rounds is None
+    st.on_progress("a", 16, 10**6, 0.0012, 0.003)  # back down: full speed again
+    assert st.cwnd == 25 + 4
+    assert st.rise.css_rounds is None
+
+
+def test_a_report_is_as_many_samples_as_messages_it_confirms():
+    """The lab's tcp run (8 Mbit/s link, 1 KB, RTT 1 ms): the receiver behind the link
+    reported this (ms after the start, the seq it got to, its least delay in ms). A frame
+    of 40 messages takes 40 ms to cross the link and comes as one report; counted as one
+    sample, the rise was seen at the 8th report, 94 ms in, after 179 messages were sent.
+    Counted as the 40 it confirms (each message's delay is at least that), it is seen at
+    35.7 ms, when 64 had been sent. The two reports before it (2 messages) are judged a
+    round on, not added to its block: their least is low, and a low least is no noise."""
+    reports = [(3.0, 1, 1.231), (5.0, 20, 3.173), (6.2, 21, 3.164), (7.3, 22, 3.215),
+               (35.7, 62, 27.294), (39.9, 64, 29.161), (91.5, 114, 53.690),
+               (94.3, 116, 52.260)]
+    rise = startup.DelayRise()
+    rise.rtt_s = 0.001
+    seen, seq, ended = None, 0, None
+    for t, upto, d in reports:
+        if rise.sample("rx3", d / 1000, t / 1000, upto - seq):
+            ended = t
+            break
+        seq = upto
+        if seen is None and rise.css_rounds is not None:
+            seen = t
+    assert seen == 35.7 and rise.deadline() == pytest.approx(0.0357 + startup.CSS_MAX_S)
+    assert ended == 91.5  # still up: the first report past CSS_MAX_S ends the start
+    # few messages a rise is not: 2 reports of 1 message each 30 ms over, then low
+    rise = startup.DelayRise()
+    for i, d in enumerate([1.0] * 8 + [31.0, 31.0] + [1.1] * 8):
+        rise.sample("rx", d / 1000, i / 1000)
+    assert rise.css_rounds is None and rise.max_rise < 0.004
+
+
+def test_after_a_delay_rise_the_rate_is_the_bottlenecks_not_a_token_buckets_burst():
+    """A link of 1 msg a ms behind a token bucket of 30 (the lab's tbf passes 32 KB at
+    once): the round before the rise carried the burst (3,727 msgs/s here). The limit
+    starts from the rounds since the rise, the link's rate; from the last rounds it
+    started at 2,000 msgs/s over the lab's 950."""
+    st = SlowStart(16, max_rate_msgs=1e6)
+    st.set_rtt(0.001)
+    t, tokens, queue, seq = 0.0, 30.0, [], 0
+    while not st.done and t < 1.0:
+        t = round(t + 0.001, 6)
+        n = st.allowance(t)
+        st.on_sent(n)
+        queue += [t] * n  # when each message waiting at the link was sent
+        tokens = min(30.0, tokens + 1.0)
+        k = min(int(tokens), len(queue))
+        if k:
+            tokens -= k
+            last = queue[k - 1]
+            del queue[:k]
+            seq += k
+            st.on_progress("rx", seq, 2_000, 0.0005 + t - last, t)
+    assert st.why == "delay" and max(st.bws) > 3_000  # a round measured the burst
+    assert st.delivery_rate == pytest.approx(1_000, rel=0.1)
+    assert st.outcome(5_000.0)[0] == pytest.approx(startup.DRAIN * st.delivery_rate)
+
+
+def test_a_frame_read_and_not_yet_taken_is_no_consumers_rate():
+    """What the slowest queue took bounds the rate only once a queue is a quarter full:
+    a receiver that had read one frame of 44 its consumer had not yet taken when the
+    round ended (room 1,956 of 2,000) reported a take of 132 msgs/s, and the lab's run
+    went at 722 msgs/s over a link of 950."""
+    st = SlowStart(16, max_rate_msgs=1e6)
+    t, seq, room = 0.0, 0, 2_000
+    for i in range(5):  # a round each, the window doubling to 256
+        t = (i + 1) * 0.011
+        st.on_sent(st.allowance(t))
+        assert st.allowance(t) == 0  # the sender would send more
+        grown, seq = st.sent - seq, st.sent
+        if i == 4:  # the last round's frame is read, all but 4 of it not yet taken
+            room = 2_000 - (grown - 4)
+        st.on_progress("rx", seq, room, 0.001, t)
+    assert st.took[-1] == pytest.approx(4 / 0.011) and st.bws[-1] > 20_000
+    assert not st.filling and st.delivery_rate == st.bws[-1]
+    st.on_progress("rx", seq, 1_400, 0.001, t + 0.001)  # now a quarter full: it holds
+    assert st.filling
+
+
+def test_a_window_goes_out_as_frames_an_eighth_of_it_and_the_limit_frames_as_set():
+    """In the start a DATA frame holds an eighth of the window at most, so a receiver
+    behind a slow link reports DELAY_SAMPLES times a round; after it, ``frame_msgs``."""
+    core = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="tx", epoch=1,
+                                   linger_s=0.01), now=0.0)
+    sent = 0
+    while core.offer(b"x", 0.0) == 0.0:
+        sent += 1
+    core.flush(0.0)
+    data = [f for f in map(decode, core.outbox) if type(f) is Data]
+    window = NakConfig().start_window_msgs
+    assert sent == window and sum(len(f.payloads) for f in data) == window
+    # the first at once (the sender was idle), the rest an eighth of the window a frame
+    assert max(len(f.payloads) for f in data) == window // startup.DELAY_SAMPLES
+    assert len(data) > window // startup.DELAY_SAMPLES
+    core.handle_timer(SILENT_S)  # nobody answered: the start is over
+    assert not core.policy.starting and core.policy.frame_msgs(256) == 256
 
 
 def test_the_start_keeps_to_the_senders_ceiling():

@@ -93,6 +93,7 @@ class SenderCore(Endpoint):
                              mac=self.mac, wall_offset=wall_offset,
                              max_frame_bytes=cfg.max_frame_bytes,
                              history=None if self.repairs is None else self.repairs.history)
+        self._frame_msgs = cfg.frame_msgs  # the policy may hold frames smaller (its start)
         self.batch = FrameBatcher(linger_s=cfg.linger_s, max_msgs=cfg.frame_msgs,
                                   max_bytes=cfg.frame_bytes, max_frame_bytes=cfg.max_frame_bytes,
                                   names_bytes=len(cfg.stream.encode()) + len(sender_id.encode()))
@@ -172,6 +173,7 @@ class SenderCore(Endpoint):
                     self.timer_changed = True
                 return delay
             adm.allow, adm.until = 1, now + ALLOWANCE_S
+        self.batch.max_msgs = self.policy.frame_msgs(self._frame_msgs)
         if adm.blocked_since is not None:  # it waited: held back, not idle, so the first
             self.batch.last_out = now  # of what may go now waits for the rest (one frame)
         adm.unblock(now)
@@ -185,7 +187,8 @@ class SenderCore(Endpoint):
         self.flush(now)
         self._serve_repairs(now)
         i, n, size = start, len(payloads), 0
-        while i < n and i - start < MAX_BATCH_MSGS and (size < MAX_BATCH_BYTES or i == start):
+        most = self.policy.frame_msgs(MAX_BATCH_MSGS)
+        while i < n and i - start < most and (size < MAX_BATCH_BYTES or i == start):
             size += len(payloads[i])
             i += 1
         if self._owed_in_full(now):

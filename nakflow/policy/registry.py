@@ -120,6 +120,10 @@ class SenderFlow(ABC):
         """Begin with the start (``policy.startup``), if the mode has one: only a driver
         whose receivers answer PROGRESS asks for it (the protocol cores do)."""
 
+    def frame_msgs(self, most: int) -> int:
+        """How many messages a DATA frame may hold now, of the configured ``most``."""
+        return most
+
     def on_progress(self, frame: Progress, *, now: float) -> None:  # noqa: B027
         """A receiver's PROGRESS for this sender, during the start."""
 
@@ -192,6 +196,10 @@ class NakFlow(SenderFlow):
             window = max(1, min(window, math.ceil(cfg.start_rate_msgs * STALL_S)))
             self.start = SlowStart(window, max_rate_msgs=cfg.max_rate_msgs,
                                    ramp=(cfg.start_rate_msgs, cfg.ramp_factor, cfg.step_s))
+
+    def frame_msgs(self, most: int) -> int:
+        st = self.start
+        return most if st is None else min(most, st.frame_msgs())
 
     def _end_start(self, now: float) -> None:
         """The start is over: the rate limit takes over from what it reached."""

@@ -15,12 +15,14 @@ receiver's queue has room for (ACK's credit):
   is never less than an RTT of the ramp it replaces (unless a receiver's room fell
   below half the most it reported: its queue fills), and is paced at ``PACE_GAIN`` x
   window / RTT on paths of ``PACE_MIN_RTT_S`` or more; a confirmation whose report's
-  delay is up (below) grows it a quarter as fast;
+  delay is up (below) grows it a quarter as fast; a DATA frame holds an eighth of it at
+  most (``frame_msgs``: a receiver behind a slow link reads a frame whole, and reports
+  DELAY_SAMPLES times a round so);
 - the start ends on the first of:
 
-  - a receiver's least one-way delay over ``DELAY_SAMPLES`` reports (or
-    ``DELAY_MIN_SAMPLES`` over a round) up by clamp(RTT/8, 4 ms, 16 ms) on the least
-    it showed, and still up after
+  - a receiver's least one-way delay over ``DELAY_SAMPLES`` samples (a report is as
+    many as the messages it confirms; or ``DELAY_MIN_SAMPLES`` over a round) up by
+    clamp(RTT/8, 4 ms, 16 ms) on the least it showed, and still up after
     ``CSS_ROUNDS`` rounds (``CSS_MAX_S`` at most) of growing a quarter as fast
     (HyStart++, RFC 9406 4.2-4.3: a rise that falls back below the threshold was
     spurious, a process descheduled, and the start goes on);
@@ -33,8 +35,9 @@ receiver's queue has room for (ACK's credit):
     (``SILENT_S`` before any answer): a receiver died, or none answers (an older one);
   - ``MAX_S``;
 
-- the rate limit then starts at the delivery rate of the last rounds, no more than the
-  slowest queue took in them (``SlowStart.outcome``): below it by ``DRAIN`` after a
+- the rate limit then starts at the delivery rate of the last rounds (after a delay
+  rise, of those begun since it), no more than the slowest queue took in them once one
+  is a quarter full (``SlowStart.outcome``): below it by ``DRAIN`` after a
   delay rise, a full pipe or a stall (the queue the last rounds built drains), at the
   rate really sent after a NAK (which then cuts it), or ramping on from it where
   nothing limited the sender, or only the receivers' room while their queues kept up
@@ -146,21 +149,26 @@ class DelayRise:
         row = self._rows.get(receiver)
         return row is not None and delay >= row[2] + self.threshold()
 
-    def sample(self, receiver: str, delay: float, now: float) -> bool:
-        """A report's least delay; True if the rise lasted CSS_MAX_S (the start ends)."""
+    def sample(self, receiver: str, delay: float, now: float, n: int = 1) -> bool:
+        """A report's least delay over the ``n`` messages it confirms (each one a sample,
+        as each segment an ACK covers is TCP's); True if the rise lasted CSS_MAX_S (the
+        start ends)."""
         row = self._rows.get(receiver)
         if row is None:
             row = self._rows[receiver] = [math.inf, 0.0, math.inf, now]
         if now >= self.deadline():
             return True
-        if row[1] >= DELAY_MIN_SAMPLES and now - row[3] >= max(ROUND_MIN_S,
-                                                                self.rtt_s or 0.0):
-            self._judge(receiver, row, now)  # a round is over: this report begins the next
+        if row[1] and now - row[3] >= max(ROUND_MIN_S, self.rtt_s or 0.0) and (
+                row[1] >= DELAY_MIN_SAMPLES or row[0] < row[2] + self.threshold()):
+            # a round is over: this report begins the next. A block of fewer samples is
+            # judged if its least is low (a queue or a pause only adds delay), else it
+            # goes on (it may be a process descheduled)
+            self._judge(receiver, row, now)
         if row[1] == 0:
             row[3] = now
         if delay < row[0]:
             row[0] = delay
-        row[1] += 1
+        row[1] += max(1, n)
         if row[1] >= DELAY_SAMPLES:
             self._judge(receiver, row, now)
         if delay < row[2]:
@@ -252,6 +260,9 @@ class SlowStart:
         #: path: its growth slows from then, CSS), and what had been sent by then
         self.rise_at: float | None = None
         self.rise_sent: int | None = None
+        #: in CSS: (rounds, now, acked) when it began (the rounds since measure the path
+        #: with a queue on it: its bottleneck's rate)
+        self._css_from: tuple[int, float, int] | None = None
 
     # -- the sender's questions -----------------------------------------------------------
     def allowance(self, now: float) -> int:
@@ -286,6 +297,13 @@ class SlowStart:
             self._pace_t = now
             k = min(k, int(self._tokens))
         return k
+
+    def frame_msgs(self) -> int:
+        """The most messages a DATA frame holds in the start: a window goes out as
+        DELAY_SAMPLES frames at least, so a receiver behind a slow link reports as often
+        in a round (a frame is read whole: the lab's 8 Mbit/s link took 42 ms for a frame
+        of 40 KB, and the receiver said nothing meanwhile)."""
+        return max(1, int(self.cwnd) // DELAY_SAMPLES)
 
     def pace_wait(self) -> float:
         """After ``allowance`` said 0 for want of pacing (not of the window): how long until
@@ -339,9 +357,10 @@ class SlowStart:
         if before is None and len(pos) >= MAX_RECEIVERS:
             return False
         moved = before is None or next_seq > before
-        suspect = False
+        suspect, covered = False, 0
         if moved:
             pos[receiver] = min(next_seq, self.sent)
+            covered = pos[receiver] - (before or 0)
             suspect = self.rise.suspect(receiver, delay)
         credit = self.credit
         self.room[receiver] = pos[receiver] + room
@@ -362,9 +381,13 @@ class SlowStart:
         elif self.credit > credit:
             self._last_move = now  # a queue made room: no stall
         if moved:
-            ended = self.rise.sample(receiver, delay, now)
-            if self.rise_at is None and self.rise.css_rounds is not None:
-                self.rise_at, self.rise_sent = now, self.sent
+            ended = self.rise.sample(receiver, delay, now, covered)
+            if self.rise.css_rounds is None:
+                self._css_from = None  # spurious: it fell back
+            elif self._css_from is None:
+                self._css_from = (self.rounds, now, self.acked)
+                if self.rise_at is None:
+                    self.rise_at, self.rise_sent = now, self.sent
             if ended:
                 return self.end("delay", now)
         if (self.acked >= self._round_end and self.acked > self._round_acked
@@ -429,21 +452,40 @@ class SlowStart:
     def delivery_rate(self) -> float:
         """The delivery rate the start ends with, msgs/s (0: not measured): after a full
         pipe the mean of the last FULL_ROUNDS rounds (the plateau), else the highest of
-        them (it was still growing), else what was confirmed over the whole start; no more
-        than the slowest queue took in those rounds (what arrived in a queue with room is
-        no rate its consumer keeps up with), nor than its consumer with a backlog takes."""
+        them (it was still growing), else what was confirmed over the whole start. After
+        a delay rise, only the rounds begun since it, or else what was confirmed since it:
+        with a queue on the path they measure its bottleneck, where a round before may
+        have carried a token bucket's burst (the lab's link passes 32 KB at once: 2,073
+        msgs/s measured over an 8 Mbit/s link, and the limit started at 2,000). While
+        a queue is ``filling``, no more than the slowest queue took in those rounds (what
+        arrived in a queue with room is no rate its consumer keeps up with); nor than its
+        consumer with a backlog takes."""
         bws = self.bws[-FULL_ROUNDS:]
+        css = self._css_from if self.why == "delay" else None
+        if css is not None:  # the rounds begun since the rise
+            bws = self.bws[css[0] + 1:][-FULL_ROUNDS:]
         bw = 0.0
         if bws:  # flat after a full pipe: their mean; else still growing: the last
             bw = sum(bws) / len(bws) if self.why == "full" else max(bws)
             took = self.took[-FULL_ROUNDS:]
-            if took:
+            if took and self.filling:
                 bw = min(bw, max(took))
+        elif css is not None and self.ended_at is not None and self.ended_at > css[1]:
+            bw = (self.acked - css[2]) / (self.ended_at - css[1])
         elif self.t0 is not None and self.ended_at is not None and self.ended_at > self.t0:
             bw = self.acked / (self.ended_at - self.t0)
         if self.take:
             bw = min(bw, min(self.take.values())) if bw else min(self.take.values())
         return bw
+
+    @property
+    def filling(self) -> bool:
+        """A receiver's queue is a quarter full (of the room it reported at most): what
+        its room's edge moved is its consumer's rate, not a frame read and not yet taken
+        (the lab's 8 Mbit/s link brings 44 at once; a start that ended a round later
+        took 132 msgs/s for that consumer's rate, and the run went at 722)."""
+        return any(4 * (edge - self.pos[r]) < 3 * self.most_room[r]
+                   for r, edge in self.room.items())
 
     @property
     def room_held(self) -> bool:
