@@ -9,7 +9,7 @@ from nakflow import NakConfig, SenderConfig, SenderCore
 from nakflow.policy import startup
 from nakflow.policy.registry import NakFlow
 from nakflow.policy.startup import REPORT_S, SILENT_S, STALL_S, ProgressReporter, SlowStart
-from nakflow.wire import Data, Nak, Progress, decode, decode_data, encode
+from nakflow.wire import Data, Nak, Progress, Receipt, decode, decode_data, encode
 from simulations.cores import CoreSimParams, simulate_cores
 
 
@@ -429,3 +429,85 @@ def test_a_receiver_reports_at_most_once_a_millisecond_and_stops_with_plain_data
     assert room.room == 600
     rep.forget(key)  # its DATA no longer says startup
     assert not rep.reporting and rep.next_deadline() is None
+
+
+def _share(flow: NakFlow, t: float, until: float, take_per_ms: float = 0.16) -> float:
+    """Drive ``flow`` against one receiver whose consumer takes ``take_per_ms`` (160
+    msgs/s), queue room 15, 1 ms away: what it admits arrives a ms later; a PROGRESS a ms
+    while ``flow`` is starting. Returns the time it stopped."""
+    seq = flow.start.base if flow.start is not None else 0
+    queue, flight, sent = 0.0, [], seq
+    while t < until and flow.starting:
+        t = round(t + 0.001, 6)
+        while flight and flight[0][0] <= t:
+            n = flight.pop(0)[1]
+            seq, queue = seq + n, queue + n
+        queue = max(0.0, queue - take_per_ms)
+        flow.on_progress(Progress("s", "rx", "tx", 1, seq, max(0, 15 - int(queue)), 0.0,
+                                  0.0005, t), now=t)
+        k = flow.admit_up_to(1_000, now=t)
+        sent += k
+        if k:
+            flight.append((t + 0.001, k))
+    return t
+
+
+def test_a_sender_cut_by_naks_starts_again_when_another_sender_of_the_stream_ends():
+    """Two senders shared a consumer of 160 msgs/s: NAKs cut this one to its half share.
+    The other ends (its RECEIPTs are heard): this one starts again from where it is, as
+    it started, and finds the freed capacity in a few round trips; CUBIC's plateau at the
+    half share took a second to leave (``nakflow eval``'s last task alone at it for
+    0.4 s)."""
+    flow = NakFlow("s", NakConfig(initial_rate_msgs=90.0))  # where its share put it
+    flow.t0 = 0.0
+    flow.set_rtt(0.002)
+    flow.on_feedback(Nak("s", "rx", 50, 50.0, 0.0, 1, 80.0), now=0.0)  # queue, takes 80
+    assert flow.controller.cuts == 1 and not flow.starting
+    half = flow.controller.rate(now=0.2)
+    assert half < 90
+    flow.on_peer_ended(("other", 0), 5_000, now=0.2)
+    assert flow.starting and flow.restarts == 1 and flow.start.sent == 5_000
+    flow.on_peer_ended(("other", 0), 5_000, now=0.2)  # its RECEIPT from another receiver
+    assert flow.restarts == 1
+    end = _share(flow, 0.2, 2.0)
+    assert not flow.starting and end < 0.7  # over within half a second
+    report = flow.snapshot()
+    assert report["restarts"] == 1 and report["restart"]["ended"] in startup_ends()
+    assert report["start"] is None  # the first start's report is kept apart (none here)
+    assert flow.controller.rate(now=end) > 1.4 * half  # the freed share found
+
+
+def startup_ends() -> set[str]:
+    return {"full", "stall", "delay", "unfilled", "time", "nak"}
+
+
+def test_a_sender_no_nak_cut_or_still_starting_does_not_start_again():
+    flow = NakFlow("s", NakConfig())
+    flow.t0 = 0.0
+    flow.on_peer_ended(("other", 0), 10, now=0.5)  # nothing cut it: its limit is not the
+    assert not flow.starting and flow.restarts == 0  # share of anything
+    flow.use_startup()
+    flow.on_feedback(Nak("s", "rx", 50, 50.0, 0.0, 1, 80.0), now=0.6)  # ends the start
+    flow.use_startup()  # starting again, by its own first start
+    flow.on_peer_ended(("third", 0), 10, now=0.7)
+    assert flow.restarts == 0
+
+
+def test_a_receipt_for_another_sender_of_the_stream_starts_the_sender_again():
+    """Through the core: the RECEIPT comes off the wire, and the start begins at the seq
+    the sender got to (what it framed and what waits in the frame being built)."""
+    core = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="tx", epoch=1),
+                      now=0.0)
+    core.handle_timer(SILENT_S)  # no receiver answered: the first start is over
+    while core.offer(b"x", SILENT_S) == 0.0:
+        pass
+    nak = Nak("s", "rx", 75, 75.0, SILENT_S, 1, 100.0)
+    core.receive_feedback(encode(nak), SILENT_S + 0.01)
+    assert core.policy.controller.cuts == 1
+    other = Receipt("s", "rx", "tx-2", 0, 500, (0, 0, 0, 0), SILENT_S)
+    core.receive_feedback(encode(other), SILENT_S + 0.02)
+    assert core.policy.starting and core.policy.restarts == 1
+    assert core.policy.start.base == core.framer.seq + len(core.batch)
+    elsewhere = Receipt("other-stream", "rx", "tx-3", 0, 500, (0, 0, 0, 0), SILENT_S)
+    core.receive_feedback(encode(elsewhere), SILENT_S + 0.03)
+    assert core.policy.restarts == 1

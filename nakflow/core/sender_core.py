@@ -339,6 +339,10 @@ class SenderCore(Endpoint):
         if type(frame) is Receipt:
             if (frame.sender, frame.epoch) == (self.sender_id, self.epoch):
                 self._on_receipt(frame, now)
+            elif frame.stream == self.stream and self.life.state == OPEN:
+                self.admission.give_back()  # another sender's stream ended
+                self.policy.on_peer_ended((frame.sender, frame.epoch),
+                                          self.framer.seq + len(self.batch), now=now)
             return
         if type(frame) is Hello:
             if frame.role == "receiver":

@@ -38,6 +38,8 @@ from .startup import STALL_S, SlowStart
 PAUSED = SIGNAL_CODES["paused"]
 #: NAK signals about the path rather than the receiver's queue.
 PATH_SIGNALS = frozenset({"delay", "loss", "silence"})
+#: Other senders' ends a NAK sender remembers, at most (one RECEIPT from each receiver).
+MAX_ENDED_PEERS = 64
 
 #: Asked at ``now``: is a NAK news (NEWS), is the receiver catching up (NOT_NEWS), or has
 #: its consumer paused (PAUSE)?
@@ -124,6 +126,10 @@ class SenderFlow(ABC):
         """How many messages a DATA frame may hold now, of the configured ``most``."""
         return most
 
+    def on_peer_ended(self, peer: tuple[str, int], seq: int, *, now: float) -> None:  # noqa: B027
+        """Another sender of this stream ended (``peer``: its id and epoch; a receiver's
+        RECEIPT for it was heard); ``seq``: what this one admitted so far."""
+
     def on_progress(self, frame: Progress, *, now: float) -> None:  # noqa: B027
         """A receiver's PROGRESS for this sender, during the start."""
 
@@ -182,6 +188,13 @@ class NakFlow(SenderFlow):
         self.attribution = CutLog()
         self.start: SlowStart | None = None  # the start, while it lasts (use_startup)
         self.start_report: dict[str, Any] | None = None
+        #: starts again after another sender of the stream ended (``on_peer_ended``), the
+        #: last one's report, the rate to go on at if it learnt nothing, and the peers
+        #: already seen to end (each one's RECEIPTs come from every receiver)
+        self.restarts = 0
+        self.restart_report: dict[str, Any] | None = None
+        self._restart_from: float | None = None
+        self._ended_peers: dict[tuple[str, int], None] = {}
 
     @property
     def starting(self) -> bool:
@@ -207,16 +220,48 @@ class NakFlow(SenderFlow):
         assert st is not None
         self.start = None
         ctl = self.controller
-        rate, plateau, ramp = st.outcome(ctl.config.start_rate_msgs)
+        again, self._restart_from = self._restart_from, None
+        rate, plateau, ramp = st.outcome(ctl.config.start_rate_msgs if again is None
+                                         else again)
         if st.why == "nak":  # the NAK cuts next, from the rate really sent (as it would
             sent = ctl.send_rate(now=now)  # cut a ramp): the delivery rate lags a round
             if sent is not None and sent > rate:  # (a long path's: 29,657 msgs/s sent at
                 # 104,100, consumers taking 50,000). Not above what a backlogged consumer
                 # said it takes
                 rate = plateau = min(sent, min(st.take.values(), default=sent))
+        if again is not None:  # not below where it was: the start looked for more
+            rate, plateau = max(rate, again), max(plateau, again)
         ctl.begin(rate, plateau, now=now, ramp=ramp)
         self.bucket.set_rate(ctl.rate(now=now), now=now)
-        self.start_report = st.snapshot(self.t0)
+        if again is None:
+            self.start_report = st.snapshot(self.t0)
+        else:
+            self.restart_report = st.snapshot(self.t0)
+
+    def on_peer_ended(self, peer: tuple[str, int], seq: int, *, now: float) -> None:
+        """Capacity another sender held may be free: a sender whose limit NAKs cut starts
+        again from its rate (its window never less than an RTT of it), as it started,
+        so it finds that capacity in a few round trips where CUBIC's plateau took a
+        second (``nakflow eval``: the last task alone at its half share for 0.4 s)."""
+        ended = self._ended_peers
+        if peer in ended:
+            return
+        ended[peer] = None
+        if len(ended) > MAX_ENDED_PEERS:
+            del ended[next(iter(ended))]
+        ctl = self.controller
+        cfg = ctl.config
+        if self.start is not None or not ctl.cuts or cfg.start_window_msgs is None:
+            return
+        rate = ctl.rate(now=now)
+        if rate >= cfg.max_rate_msgs:
+            return
+        self.restarts += 1
+        self._restart_from = rate
+        self.start = SlowStart(cfg.start_window_msgs, max_rate_msgs=cfg.max_rate_msgs,
+                               ramp=(rate, cfg.ramp_factor, cfg.step_s), base=seq)
+        if ctl.rtt_s is not None:
+            self.start.set_rtt(ctl.rtt_s)
 
     def _admit_start(self, n: int, now: float) -> int:
         st = self.start
@@ -333,7 +378,9 @@ class NakFlow(SenderFlow):
         st = self.start
         return {"mode": self.mode, **self.controller.snapshot(),
                 **self.attribution.snapshot(t0=self.t0),
-                "start": st.snapshot(self.t0) if st is not None else self.start_report}
+                "start": (st.snapshot(self.t0) if st is not None and not self.restarts
+                          else self.start_report),
+                "restarts": self.restarts, "restart": self.restart_report}
 
 
 class AckFlow(SenderFlow):

@@ -216,17 +216,19 @@ class SlowStart:
     starts at."""
 
     def __init__(self, window_msgs: int, *, max_rate_msgs: float,
-                 ramp: tuple[float, float, float] | None = None) -> None:
+                 ramp: tuple[float, float, float] | None = None, base: int = 0) -> None:
         self.cwnd = float(window_msgs)
+        #: the seq the start begins at (0; a start again mid-stream: what was admitted)
+        self.base = base
         #: (rate, factor, step s): the ramp this start replaces; the window is never less
         #: than an RTT of it (a long path's round trips must not make the start slower)
         self.ramp = ramp
         self.max_window = max(float(window_msgs), max_rate_msgs * MAX_WINDOW_S)
-        self.sent = 0  # admitted so far (data and repairs for everyone)
+        self.sent = base  # admitted so far (data and repairs for everyone)
         self._tokens, self._pace_t = float(window_msgs), 0.0  # pacing (PACE_MIN_RTT_S)
         self._pace_rate = 0.0
         self.pos: dict[str, int] = {}  # receiver -> its reported next seq
-        self.acked = 0  # the least of pos (0 before any report)
+        self.acked = base  # the least of pos (base before any report)
         self.room: dict[str, int] = {}  # receiver -> the seq its queue has room up to
         self.most_room: dict[str, int] = {}  # receiver -> the most room it reported
         self.take: dict[str, float] = {}  # receiver -> its consumer's rate (a backlog)
@@ -240,9 +242,9 @@ class SlowStart:
         self._last_move: float | None = None  # when ``acked`` last moved (or t0)
         # rounds
         self.rounds = 0
-        self._round_end = 0
+        self._round_end = base
         self._round_t = 0.0
-        self._round_acked = 0
+        self._round_acked = base
         self._limited = False  # the window held the sender back this round
         self._roomed = False  # ... and the receivers' room, not the window, held it
         self.room_rounds = 0  # the last rounds in a row the room held the sender back
@@ -473,7 +475,7 @@ class SlowStart:
         elif css is not None and self.ended_at is not None and self.ended_at > css[1]:
             bw = (self.acked - css[2]) / (self.ended_at - css[1])
         elif self.t0 is not None and self.ended_at is not None and self.ended_at > self.t0:
-            bw = self.acked / (self.ended_at - self.t0)
+            bw = (self.acked - self.base) / (self.ended_at - self.t0)
         if self.take:
             bw = min(bw, min(self.take.values())) if bw else min(self.take.values())
         return bw
