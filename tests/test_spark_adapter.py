@@ -200,10 +200,16 @@ def test_slow_receiver_none_drops_nak_and_ack_do_not(spark):
             assert row["complete"] == "2/2"
     assert table["none", "slow"]["dropped"] > 0
     assert table["none", "slow"]["missing"] == table["none", "slow"]["dropped"]
-    assert table["nak", "slow"]["naks"] > 0 and table["ack", "slow"]["credits"] > 0
+    # flow control held both modes' senders back. none shows they outrun the slow
+    # receiver here, and its queue holds 4,000 of the 15,000 rows: at 5,000 rows/s the
+    # senders waited for most of the job. The slow receiver NAKs only if they overshoot
+    # it, which NAK's start, sizing the limit by what the queue took, need not do (a CI
+    # run had 0 NAKs there and dropped nothing), so its NAKs and cuts are not asked for
+    nak_slow = table["nak", "slow"]
+    assert nak_slow["blocked_s"] > 0.5, nak_slow
+    assert table["ack", "slow"]["credits"] > 0
     runs = {r["mode"]: r for r in result["runs"]}
     assert all(len(run["senders"]) == 2 for run in runs.values())
-    assert sum(s["cuts"] for s in runs["nak"]["senders"]) > 0
     assert sum(s["credit_stalled_s"] for s in runs["ack"]["senders"]) > 0
 
 
