@@ -3,13 +3,15 @@ real cores (the simulator's driver, ``simulations.cores``) and on the wire."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from nakflow import NakConfig, SenderConfig, SenderCore
 from nakflow.policy import startup
 from nakflow.policy.registry import NakFlow
 from nakflow.policy.startup import REPORT_S, SILENT_S, STALL_S, ProgressReporter, SlowStart
-from nakflow.wire import Data, Nak, Progress, Receipt, decode, decode_data, encode
+from nakflow.wire import Data, Hello, Nak, Progress, Receipt, decode, decode_data, encode
 from simulations.cores import CoreSimParams, simulate_cores
 
 
@@ -373,6 +375,30 @@ def test_nobody_answering_ends_the_start_after_a_stall_and_the_old_ramp_goes_on(
     assert core.snapshot(SILENT_S)["policy"]["start"]["ended"] == "silent"
     assert core.offer(b"x", SILENT_S + 0.01) == 0.0
     assert core.policy.limits(now=SILENT_S + 0.01)[0] == NakConfig().start_rate_msgs
+
+
+def _hellos(core: SenderCore) -> int:
+    """The HELLOs (not announcements) ``core`` hands out now."""
+    return sum(1 for f in core.frames_to_send()
+               if isinstance(h := decode(f), Hello) and not h.announce)
+
+
+def test_a_sender_waiting_for_receivers_says_hello_again_within_milliseconds():
+    """Its first HELLO may leave before ZeroMQ has connected (lost): the next ones follow
+    2, 4, 8 ... ms later, then one every hello_interval_s; the wait over, it stops."""
+    core = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="tx", epoch=1), now=0.0)
+    core.want_receivers(3, 0.0)
+    times: list[float] = []
+    while (t := core.get_timer()) is not None and t < 0.5:
+        core.handle_timer(t)
+        times += [t] * _hellos(core)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert times[0] == 0.0
+    assert gaps[:6] == pytest.approx([0.002, 0.004, 0.008, 0.016, 0.032, 0.064])
+    assert len(gaps) > 7 and gaps[6:] == pytest.approx([0.1] * (len(gaps) - 6))
+    core.want_receivers(0, times[-1])
+    core.handle_timer(times[-1] + 1.0)
+    assert _hellos(core) == 0
 
 
 @pytest.mark.quiet

@@ -52,8 +52,15 @@ MAX_BATCH_BYTES = 256 * 1024
 
 #: A waiting sender gives up on a receiver that answered in another mode once this long
 #: passed without enough receivers of its own mode answering, s: real receivers answer
-#: each HELLO (one every 0.1 s while waiting) within milliseconds.
+#: each HELLO (one every 0.1 s at most while waiting) within milliseconds.
 MISMATCH_GRACE_S = 0.5
+
+#: A sender that waits for receivers says HELLO again this soon, then twice as long each
+#: time up to ``hello_interval_s``: its first HELLO often leaves before ZeroMQ has
+#: connected (a PUB drops what no subscriber asked for yet), and waiting a whole interval
+#: for the second held a task of ``nakflow eval`` 0.10-0.12 s before its first message,
+#: where one answered within 2-18 ms of this schedule.
+HELLO_FIRST_GAP_S = 0.002
 
 #: NAK signals that, after END, say a receiver still reads frames sent long ago (a socket
 #: backlog): it has not reached END and may yet find drops to ask for. Not its queue's
@@ -112,6 +119,7 @@ class SenderCore(Endpoint):
         self._answer_mismatch_at = math.inf
         self._other_mode: dict[str, None] = {}  # receivers that answered in another mode
         self._next_hello = now
+        self._hello_gap = cfg.hello_interval_s  # until the next HELLO (see HELLO_FIRST_GAP_S)
         self._linger_from = self._linger_next = 0.0  # after close: since when, next look
         self.tail = TailAnnouncer(now)
         self.timer_changed = False
@@ -282,6 +290,7 @@ class SenderCore(Endpoint):
     def want_receivers(self, n: int, now: float) -> None:
         """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done)."""
         self._wanted = n
+        self._hello_gap = HELLO_FIRST_GAP_S if n else self.config.hello_interval_s
         if n:
             self._next_hello = now
             self.timer_changed = True
@@ -498,7 +507,9 @@ class SenderCore(Endpoint):
             self.timer_changed = True  # a frame began to linger
 
     def _hello(self, now: float) -> None:
-        self._next_hello = now + self.config.hello_interval_s
+        gap = min(self._hello_gap, self.config.hello_interval_s)
+        self._hello_gap = 2 * gap
+        self._next_hello = now + gap
         self.outbox.append(self.framer.hello(now))
 
     def _bye(self, now: float) -> None:
