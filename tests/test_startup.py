@@ -10,7 +10,14 @@ import pytest
 from nakflow import NakConfig, SenderConfig, SenderCore
 from nakflow.policy import startup
 from nakflow.policy.registry import NakFlow
-from nakflow.policy.startup import REPORT_S, SILENT_S, STALL_S, ProgressReporter, SlowStart
+from nakflow.policy.startup import (
+    REPORT_S,
+    RESTART_WINDOW_MSGS,
+    SILENT_S,
+    STALL_S,
+    ProgressReporter,
+    SlowStart,
+)
 from nakflow.wire import Data, Hello, Nak, Progress, Receipt, decode, decode_data, encode
 from simulations.cores import CoreSimParams, simulate_cores
 
@@ -457,17 +464,23 @@ def test_a_receiver_reports_at_most_once_a_millisecond_and_stops_with_plain_data
     assert not rep.reporting and rep.next_deadline() is None
 
 
-def _share(flow: NakFlow, t: float, until: float, take_per_ms: float = 0.16) -> float:
+def _share(flow: NakFlow, t: float, until: float, take_per_ms: float = 0.16, *,
+           queue: float = 0.0, peak: list[float] | None = None) -> float:
     """Drive ``flow`` against one receiver whose consumer takes ``take_per_ms`` (160
-    msgs/s), queue room 15, 1 ms away: what it admits arrives a ms later; a PROGRESS a ms
-    while ``flow`` is starting. Returns the time it stopped."""
+    msgs/s), queue room 15 (``queue`` in it at first), 1 ms away: what it admits arrives
+    a ms later; a PROGRESS a ms while ``flow`` is starting (the first after what it
+    admits at ``t``, as a receiver reports what says ``startup``). Returns the time it
+    stopped (``peak`` gets the queue's highest)."""
     seq = flow.start.base if flow.start is not None else 0
-    queue, flight, sent = 0.0, [], seq
+    first = flow.admit_up_to(1_000, now=t)
+    flight, sent = [(t + 0.001, first)], seq + first
     while t < until and flow.starting:
         t = round(t + 0.001, 6)
         while flight and flight[0][0] <= t:
             n = flight.pop(0)[1]
             seq, queue = seq + n, queue + n
+        if peak is not None:
+            peak.append(queue)
         queue = max(0.0, queue - take_per_ms)
         flow.on_progress(Progress("s", "rx", "tx", 1, seq, max(0, 15 - int(queue)), 0.0,
                                   0.0005, t), now=t)
@@ -503,6 +516,27 @@ def test_a_sender_cut_by_naks_starts_again_when_another_sender_of_the_stream_end
     assert report["restart"]["delivery_rate"] == pytest.approx(160, rel=0.1)
     assert report["start"] is None  # the first start's report is kept apart (none here)
     assert flow.controller.rate(now=end) > 1.4 * half  # the freed share found
+
+
+def test_a_start_again_into_a_backlog_waits_for_room_and_still_finds_the_freed_share():
+    """The other sender ended with the queue at 25 (its mark for a start is 15): the
+    start again sends RESTART_WINDOW_MSGS until a PROGRESS tells of room, then fills the
+    room as it opens, and ends on a full pipe at the consumer's rate. A first window of
+    start_window_msgs (16) took the queue to 41, and the start waited past its stall for
+    room, as ``nakflow eval``'s last task did."""
+    flow = NakFlow("s", NakConfig(initial_rate_msgs=90.0))
+    flow.t0 = 0.0
+    flow.set_rtt(0.002)
+    flow.on_feedback(Nak("s", "rx", 50, 50.0, 0.0, 1, 80.0), now=0.0)
+    flow.on_peer_ended(("other", 0), 5_000, now=0.2)
+    half = flow.controller.rate(now=0.2)
+    peak: list[float] = []
+    end = _share(flow, 0.2, 2.0, queue=25.0, peak=peak)
+    assert max(peak) <= 25 + RESTART_WINDOW_MSGS
+    assert flow.snapshot()["restart"]["ended"] == "full" and end < 0.7
+    # at 160 msgs/s a 10 ms round carries a message or two: its rate is coarse, but
+    # above the half share the other sender left
+    assert flow.controller.rate(now=end) > 1.25 * half
 
 
 def test_a_sender_no_nak_cut_or_still_starting_does_not_start_again():

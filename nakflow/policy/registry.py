@@ -33,7 +33,7 @@ from .fill import (
 )
 from .rate import NakRateController, recovery_bound_s
 from .signals import NEWS, NOT_NEWS, PAUSE
-from .startup import STALL_S, SlowStart
+from .startup import RESTART_WINDOW_MSGS, STALL_S, SlowStart
 
 PAUSED = SIGNAL_CODES["paused"]
 #: NAK signals about the path rather than the receiver's queue.
@@ -240,7 +240,8 @@ class NakFlow(SenderFlow):
 
     def on_peer_ended(self, peer: tuple[str, int], seq: int, *, now: float) -> None:
         """Capacity another sender held may be free: a sender whose limit NAKs cut starts
-        again from its rate (its window never less than an RTT of it), as it started,
+        again from its rate (its window never less than an RTT of it; its first window
+        ``RESTART_WINDOW_MSGS``: the queues may hold a backlog), as it started,
         so it finds that capacity in a few round trips where CUBIC's plateau took a
         second (``nakflow eval``: the last task alone at its half share for 0.4 s)."""
         ended = self._ended_peers
@@ -258,7 +259,8 @@ class NakFlow(SenderFlow):
             return
         self.restarts += 1
         self._restart_from = rate
-        self.start = SlowStart(cfg.start_window_msgs, max_rate_msgs=cfg.max_rate_msgs,
+        self.start = SlowStart(min(cfg.start_window_msgs, RESTART_WINDOW_MSGS),
+                               max_rate_msgs=cfg.max_rate_msgs,
                                ramp=(rate, cfg.ramp_factor, cfg.step_s), base=seq)
         if ctl.rtt_s is not None:
             self.start.set_rtt(ctl.rtt_s)

@@ -9,12 +9,13 @@ flight than a window over the slowest of them, as Aeron keeps a sender within a 
 window and TCP's slow start within its congestion window, and never more than a
 receiver's queue has room for (ACK's credit):
 
-- the window starts at ``NakConfig.start_window_msgs`` and grows by what the slowest
-  receiver confirms: it doubles each round trip (a round ends when the slowest receiver
-  has everything sent when it began, and lasts ``ROUND_MIN_S`` and an RTT at least); it
-  is never less than an RTT of the ramp it replaces (unless a receiver's room fell
-  below half the most it reported: its queue fills), and is paced at ``PACE_GAIN`` x
-  window / RTT on paths of ``PACE_MIN_RTT_S`` or more; a confirmation whose report's
+- the window starts at ``NakConfig.start_window_msgs`` (``RESTART_WINDOW_MSGS`` when it
+  starts again mid-stream, into queues that may hold a backlog) and grows by what the
+  slowest receiver confirms: it doubles each round trip (a round ends when the slowest
+  receiver has everything sent when it began, and lasts ``ROUND_MIN_S`` and an RTT at
+  least); it is never less than an RTT of the ramp it replaces (unless a receiver's room
+  fell below half the most it reported: its queue fills), and is paced at ``PACE_GAIN``
+  x window / RTT on paths of ``PACE_MIN_RTT_S`` or more; a confirmation whose report's
   delay is up (below) grows it a quarter as fast; a DATA frame holds an eighth of it at
   most (``frame_msgs``: a receiver behind a slow link reads a frame whole, and reports
   DELAY_SAMPLES times a round so);
@@ -54,8 +55,8 @@ from typing import Any
 
 from ..wire.codec import Progress
 
-__all__ = ["DELAY_SAMPLES", "DRAIN", "FORGET_S", "MAX_S", "REPORT_S", "SILENT_S", "STALL_S",
-           "ProgressReporter", "SlowStart"]
+__all__ = ["DELAY_SAMPLES", "DRAIN", "FORGET_S", "MAX_S", "REPORT_S", "RESTART_WINDOW_MSGS",
+           "SILENT_S", "STALL_S", "ProgressReporter", "SlowStart"]
 
 #: A receiver sends one PROGRESS per sender at most this often, s.
 REPORT_S = 0.001
@@ -102,6 +103,12 @@ MAX_WINDOW_S = 1.0
 PACE_MIN_RTT_S = 0.005
 PACE_GAIN = 2.0
 PACE_BURST_S = 0.005
+#: A start again mid-stream (another sender of the stream ended) begins with this window,
+#: msgs: the receivers' queues may hold a backlog already, and until a PROGRESS says how
+#: much room they have, a first window of ``start_window_msgs`` went into a queue above
+#: its mark (``nakflow eval``'s last task: 16 at once into a queue of 17 of 39; it then
+#: waited 0.1 s for room, ended on that stall and climbed from its old half share).
+RESTART_WINDOW_MSGS = 2
 #: Receivers a start follows at most (PROGRESS from more is ignored: bounded whatever
 #: ids arrive).
 MAX_RECEIVERS = 4096
