@@ -521,9 +521,9 @@ def test_a_sender_cut_by_naks_starts_again_when_another_sender_of_the_stream_end
 def test_a_start_again_into_a_backlog_waits_for_room_and_still_finds_the_freed_share():
     """The other sender ended with the queue at 25 (its mark for a start is 15): the
     start again sends RESTART_WINDOW_MSGS until a PROGRESS tells of room, then fills the
-    room as it opens, and ends on a full pipe at the consumer's rate. A first window of
-    start_window_msgs (16) took the queue to 41, and the start waited past its stall for
-    room, as ``nakflow eval``'s last task did."""
+    room as it opens, and ends on a full pipe above the share it had. A first window of
+    start_window_msgs (16) took the queue to 41, past its capacity of 39, as in
+    ``nakflow eval``'s last task (16 into a queue of 17)."""
     flow = NakFlow("s", NakConfig(initial_rate_msgs=90.0))
     flow.t0 = 0.0
     flow.set_rtt(0.002)
