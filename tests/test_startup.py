@@ -122,6 +122,26 @@ def test_a_long_path_over_short_queues_that_keep_up_ramps_on_after_the_start():
     assert ramp and rate == plateau == pytest.approx(16_000, rel=0.1)
 
 
+def test_a_rate_from_a_message_or_two_a_round_is_a_guess_and_the_limit_ramps_on():
+    """A full pipe or a delay rise whose last rounds confirmed fewer than FULL_MIN_MSGS
+    (two tasks starting on ``nakflow eval``'s slow receiver: a message or two a 10 ms
+    round) gives no rate to settle under: the limit ramps on from it, as before the
+    start, and the receivers' NAKs find the share. Settled there, one task sat at 58 of
+    its 78 msgs/s share for 2 s, another at 40 and took 4.3 s for its 198 messages.
+    Over enough messages the rate stands, and the limit starts below it."""
+    for why in ("full", "delay"):
+        st = SlowStart(16, max_rate_msgs=1e5)
+        st.done, st.why = True, why
+        st.bws, st.round_msgs = [60.0, 55.0, 59.0], [1, 1, 1]
+        assert not st.measured
+        rate, plateau, ramp = st.outcome(5_000.0)
+        assert ramp and rate == plateau == pytest.approx(60.0 if why == "delay" else 58.0)
+        st.round_msgs = [1, 1, startup.FULL_MIN_MSGS]
+        assert st.measured
+        rate, plateau, ramp = st.outcome(5_000.0)
+        assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
+
+
 def _delayed(delay_at, until: float = 1.0) -> SlowStart:
     """A start over a path of 10 msgs a ms (reported each ms) whose one-way delay at
     ``t`` is ``delay_at(t)``, the sender always wanting more; till it ends or ``until``.

@@ -42,7 +42,9 @@ receiver's queue has room for (ACK's credit):
   delay rise, a full pipe or a stall (the queue the last rounds built drains), at the
   rate really sent after a NAK (which then cuts it), or ramping on from it where
   nothing limited the sender, or only the receivers' room while their queues kept up
-  (``room_held``: a long path over short queues).
+  (``room_held``: a long path over short queues), or, after a delay rise or a full
+  pipe, the last rounds confirmed fewer than ``FULL_MIN_MSGS`` (``measured``: no rate,
+  a guess).
 
 Receivers say nothing after the start: a healthy receiver's feedback is its first round
 trips' PROGRESS and nothing more. Sans-I/O: every call takes ``now``.
@@ -79,6 +81,12 @@ CSS_MAX_S = 0.05
 #: Rounds without 1.25x growth (window-limited), or not filled, that end the start.
 FULL_ROUNDS = 3
 FULL_GROWTH = 1.25
+#: A full pipe's or a delay rise's rate is measured over at least this many messages in
+#: the last FULL_ROUNDS rounds; over fewer it is a guess, and the limit ramps on from it
+#: (two tasks starting at once on ``nakflow eval``'s slow receiver, 1-2 messages a 10 ms
+#: round: one ended on a full pipe at 58 of its 78 msgs/s share and stayed near it for
+#: 2 s; another on a delay rise at 40 and took 4.3 s for its 198 messages).
+FULL_MIN_MSGS = 8
 #: No confirmation for this long ends the start, s (a dead receiver, or no answer).
 STALL_S = 0.1
 STALL_RTTS = 3.0
@@ -256,6 +264,7 @@ class SlowStart:
         self._roomed = False  # ... and the receivers' room, not the window, held it
         self.room_rounds = 0  # the last rounds in a row the room held the sender back
         self.bws: list[float] = []  # the delivery rate of each round, msgs/s
+        self.round_msgs: list[int] = []  # ... and what it confirmed
         #: how fast the credit (the least seq a queue has room up to) grew in each round,
         #: msgs/s: what the slowest queue's consumer took, where ``bws`` is what arrived
         #: (a queue with room takes a burst far above its consumer's rate)
@@ -426,6 +435,7 @@ class SlowStart:
         if span > 0:
             bw = (self.acked - self._round_acked) / span
             self.bws.append(bw)
+            self.round_msgs.append(self.acked - self._round_acked)
             if self._round_credit < math.inf and self.credit < math.inf:
                 self.took.append(max(0.0, self.credit - self._round_credit) / span)
             if self._limited:
@@ -497,6 +507,12 @@ class SlowStart:
                    for r, edge in self.room.items())
 
     @property
+    def measured(self) -> bool:
+        """The last FULL_ROUNDS rounds confirmed FULL_MIN_MSGS at least: their rate is
+        a measurement, not a guess from a message or two a round."""
+        return sum(self.round_msgs[-FULL_ROUNDS:]) >= FULL_MIN_MSGS
+
+    @property
     def room_held(self) -> bool:
         """The last FULL_ROUNDS rounds, the receivers' room held the window back, not the
         path, and the slowest queue took what arrived (KEPT_UP of it): a long path's round
@@ -516,6 +532,8 @@ class SlowStart:
             return start_rate, start_rate, True
         if self.why == "nak":  # the NAK cuts it next
             return bw, bw, False
+        if self.why in ("delay", "full") and not self.measured:  # a message or two a
+            return bw, bw, True  # round is no rate: ramp on from it, as before the start
         if self.why == "full" and self.room_held:  # no pipe was full: the queues' room
             return bw, bw, True  # held the window, and they kept up: ramp on as before
         if self.why in ("delay", "full", "stall"):
