@@ -1,6 +1,7 @@
 """nakflow against its peers, in one run, on loopback: a table and JSON.
 
     .venv/bin/python benchmarks/suite.py [--smoke] [--json PATH] [--only W1,W2,...]
+                                         [--w8-repeats N]
 
 Peers (benchmarks/peers.py): raw pyzmq PUB/SUB with msgpack and no flow control;
 ZeroMQ's own TCP backpressure (XPUB_NODROP, blocking send); fixed-rate multicast
@@ -19,9 +20,11 @@ Workloads:
   W8 healthy receivers: four that consume as fast as they can, 100 B and 1 KB, nak
      against ack (target: nak >= 1.0x ack, 0 cuts; what caused any cut is shown), over
      the whole run (slow start included) and mid-run (a quarter to three quarters in),
-     in a short run (300,000) and a long one (2,100,000); each receiver's feedback
-     frames in its first second and after (fb_start, fb_after; flow_*: NAKs or credits
-     alone), one figure per receiver
+     in a short run (300,000) and a long one (2,100,000), --w8-repeats pairs of runs
+     each (ack first and nak first in turn) and their median; how NAK's start ended,
+     the sender's CPU per message; each receiver's feedback frames in its first second
+     and after (fb_start, fb_after; flow_*: NAKs or credits alone), one figure per
+     receiver
 
 --smoke runs everything with small counts (CI: it must not rot; no thresholds).
 """
@@ -430,46 +433,74 @@ def w7_spark_fast(count: int) -> list[dict[str, Any]]:
     return rows
 
 
-def w8_healthy(count: int) -> list[dict[str, Any]]:
+def w8_healthy(count: int, repeats: int | None = None) -> list[dict[str, Any]]:
     """Four receivers that each consume faster than the sender can send: nak must not
     cut (no receiver is slow) and must deliver at least what ack does. Twice: ``count``
     messages (a run of about a second: slow start weighs) and W8_LONG times as many (the
     issue's setting, a run of 10-20 s). ``ack_stalled_s``: how long ack's sender waited
-    for credit (on two cores the five processes share the CPU: ack is held back too)."""
+    for credit (on two cores the five processes share the CPU: ack is held back too).
+    ``repeats`` pairs of runs per setting, ack first and nak first in turn (on two shared
+    cores one pair's ratio ranges 0.5-1.3x: a pair alone shows no change); each run's
+    ``x_ack`` is against the ack run of its pair, and a last row per setting gives the
+    median and range of the pairs' ratios."""
+    repeats = W8_REPEATS if repeats is None else max(1, repeats)
     rows = []
     for n in (count, W8_LONG * count):
-        log(f"W8 healthy receivers: {n:,} msgs of 100 B and 1 KB to four fast receivers")
+        log(f"W8 healthy receivers: {n:,} msgs of 100 B and 1 KB to four fast receivers, "
+            f"{repeats} pair(s) of runs")
         for size in (100, 1024):
-            by_mode: dict[str, float] = {}
-            mid: dict[str, float] = {}
-            for mode in ("ack", "nak"):
-                specs = [ReceiverSpec(f"r{i}", capacity_msgs=10_000) for i in range(4)]
-                run = run_nakflow(mode, specs, n, size=size)
-                s, rs = run["sender"], run["receivers"]
-                by_mode[mode] = min(r["goodput_msgs"] for r in rs)
-                mids = [mid_run_rate(r["timeline"]["t"], r["timeline"]["delivered"], n)
-                        for r in rs]
-                mid[mode] = min((m for m in mids if m is not None), default=0.0)
-                rows.append({"workload": "W8", "peer": f"nakflow {mode}", "count": n,
-                             "size": size, "send_rate": round(s["rate_msgs"]),
-                             "delivered_rate": round(by_mode[mode]),
-                             "x_ack": round(by_mode[mode] / by_mode["ack"], 2),
-                             "mid_rate": round(mid[mode]),
-                             "mid_x_ack": (round(mid[mode] / mid["ack"], 2) if mid["ack"]
-                                           else 0.0),
-                             "cuts": s["cuts"],
-                             "cut_by": ",".join(f"{k} {v}" for k, v in
-                                                sorted(s["cuts_by_signal"].items())) or "-",
-                             "ack_stalled_s": round(s["credit_stalled_s"], 2),
-                             **{k: "/".join(str(feedback_phases(r)[k]) for r in rs)
-                                for k in ("fb_start", "fb_after", "flow_start",
-                                          "flow_after")},
-                             "missing": sum(n - r["delivered"] for r in rs)})
+            ratios, mid_ratios, missing = [], [], 0
+            for pair in range(repeats):
+                runs = {mode: w8_run(mode, n, size)
+                        for mode in (("ack", "nak") if pair % 2 == 0 else ("nak", "ack"))}
+                for mode in ("ack", "nak"):
+                    rate, mid, row = runs[mode]
+                    ack_rate, ack_mid = runs["ack"][0], runs["ack"][1]
+                    rows.append({"workload": "W8", "peer": f"nakflow {mode}", "count": n,
+                                 "size": size, "pair": pair, **row,
+                                 "x_ack": round(rate / ack_rate, 2),
+                                 "mid_x_ack": round(mid / ack_mid, 2) if ack_mid else 0.0})
+                missing += runs["nak"][2]["missing"]
+                ratios.append(runs["nak"][0] / runs["ack"][0])
+                if runs["ack"][1]:
+                    mid_ratios.append(runs["nak"][1] / runs["ack"][1])
+            rows.append({"workload": "W8", "peer": "nak/ack median", "count": n, "size": size,
+                         "pair": f"{repeats} pairs",
+                         "x_ack": round(float(np.median(ratios)), 2),
+                         "x_ack_range": f"{min(ratios):.2f}-{max(ratios):.2f}",
+                         "mid_x_ack": (round(float(np.median(mid_ratios)), 2)
+                                       if mid_ratios else 0.0),
+                         "missing": missing})
     return rows
+
+
+def w8_run(mode: str, n: int, size: int) -> tuple[float, float, dict[str, Any]]:
+    """One W8 run: (delivered rate, mid-run rate, the row's figures)."""
+    specs = [ReceiverSpec(f"r{i}", capacity_msgs=10_000) for i in range(4)]
+    run = run_nakflow(mode, specs, n, size=size)
+    s, rs = run["sender"], run["receivers"]
+    rate = min(r["goodput_msgs"] for r in rs)
+    mids = [mid_run_rate(r["timeline"]["t"], r["timeline"]["delivered"], n) for r in rs]
+    mid = min((m for m in mids if m is not None), default=0.0)
+    start = (s.get("policy") or {}).get("start") or {}
+    return rate, mid, {
+        "send_rate": round(s["rate_msgs"]), "delivered_rate": round(rate),
+        "mid_rate": round(mid),
+        "start": (f"{start['ended']} {start['ended_s']:.2f}s" if start.get("ended")
+                  and start.get("ended_s") is not None else "-"),
+        "cuts": s["cuts"],
+        "cut_by": ",".join(f"{k} {v}" for k, v in sorted(s["cuts_by_signal"].items())) or "-",
+        "ack_stalled_s": round(s["credit_stalled_s"], 2),
+        "tx_cpu_us": round(s["process_cpu_s"] / n * 1e6, 2),
+        **{k: "/".join(str(feedback_phases(r)[k]) for r in rs)
+           for k in ("fb_start", "fb_after", "flow_start", "flow_after")},
+        "missing": sum(n - r["delivered"] for r in rs)}
 
 
 #: W8's long run: this many times its count.
 W8_LONG = 7
+#: W8's pairs of runs per setting (``--w8-repeats``; --smoke: 1).
+W8_REPEATS = 3
 
 
 WORKLOADS = {"W1": w1_unloaded, "W2": w2_slow, "W3": w3_stall, "W4": w4_latency,
@@ -483,6 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="small counts, for CI")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the results")
     ap.add_argument("--only", default=",".join(WORKLOADS), help="workloads to run")
+    ap.add_argument("--w8-repeats", type=int, default=None, metavar="N",
+                    help=f"W8's pairs of runs per setting (default {W8_REPEATS}; --smoke: 1)")
     ap.add_argument("--multicast-inner", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.multicast_inner:  # we are inside the private network namespace
@@ -496,6 +529,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         count = max(2_000, int(COUNTS[name] * scale))
         if name == "W5" and args.smoke:  # 16 receiver processes cost CI half a minute
             results[name] = w5_feedback(count, sizes=(1, 4))
+        elif name == "W8":
+            results[name] = w8_healthy(count, args.w8_repeats or (1 if args.smoke else None))
         else:
             results[name] = WORKLOADS[name](count)
         if name == "W2":

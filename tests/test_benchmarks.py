@@ -48,9 +48,12 @@ def test_benchmark_suite_smoke(tmp_path):
     w8_counts = sorted({r["count"] for r in results["W8"]})
     assert len(w8_counts) == 2 and w8_counts[1] == 7 * w8_counts[0]  # short and long
     assert [(r["count"], r["size"], r["peer"]) for r in results["W8"]] == [
-        (n, size, f"nakflow {m}") for n in w8_counts for size in (100, 1024)
-        for m in ("ack", "nak")]
+        (n, size, p) for n in w8_counts for size in (100, 1024)
+        for p in ("nakflow ack", "nakflow nak", "nak/ack median")]  # smoke: one pair
     assert all(r["missing"] == 0 for r in results["W8"])
+    for ack, nak, median in zip(*[iter(results["W8"])] * 3, strict=True):
+        assert ack["x_ack"] == 1.0 and median["x_ack"] == nak["x_ack"]
+        assert nak["start"] != "-" and ack["start"] == "-" and nak["tx_cpu_us"] > 0
     assert all(r["missing"] == 0 for r in results["W7"] if r["peer"] != "nakflow none")
     w2 = {r["peer"]: r for r in results["W2"]}
     for peer in ("zmq NODROP", "nakflow ack"):  # lossless by construction

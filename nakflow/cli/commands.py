@@ -477,6 +477,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         else:
             tx.abort()
     snap = tx.snapshot()
+    snap["process_cpu_s"] = round(time.process_time(), 3)  # every thread of the process
     if metrics is not None:
         metrics.close()
     if mismatch is not None:  # the report, then the cause as the last line
