@@ -75,6 +75,34 @@ def test_a_queue_at_its_mark_holds_the_start_below_the_ramps_round_trip():
     assert st.sent <= seq + 16
 
 
+def test_a_queue_another_sender_filled_first_holds_the_start_below_the_ramps_round_trip():
+    """The same queue (39, room to its mark: 15, a consumer of 156 msgs/s), 20 deep with
+    another sender's first window before this one's first PROGRESS: that says no room,
+    and later room for 1 at most. Before, "below half the most it reported" never held
+    for a most of 0 or 1: the ramp's round trip went out each time the receiver's
+    position moved, and it moves as the queue drops what arrives (two fresh senders to
+    that queue dropped 118-247 of their first 400, all repaired). A queue a quarter full
+    reports its consumer's rate (a backlog): that holds the floor too."""
+    st = SlowStart(16, max_rate_msgs=1e6, ramp=(5_000.0, 1.25, 0.05))
+    st.set_rtt(0.002)
+    t, seq, depth, flight, dropped = 0.0, 0, 20.0, [], 0
+    while not st.done and t < 0.5:
+        t = round(t + 0.001, 6)
+        while flight and flight[0][0] <= t:  # arrivals, 1 ms after they went
+            n = flight.pop(0)[1]
+            took = min(n, int(39 - depth))
+            seq, depth, dropped = seq + n, depth + took, dropped + n - took
+        depth = max(0.0, depth - 0.156)  # the consumer
+        st.on_progress("slow", seq, max(0, 15 - int(depth)), 0.0005, t,
+                       156.0 if 4 * depth >= 39 else 0.0)  # a backlog: what it takes
+        n = st.allowance(t)
+        st.on_sent(n)
+        if n:
+            flight.append((t + 0.001, n))
+    assert st.most_room["slow"] <= 1  # it never had room for more than 1
+    assert dropped == 0 and st.sent <= seq + 16
+
+
 def test_what_arrives_in_a_queue_with_room_is_not_the_rate_the_limit_starts_at():
     """A receiver behind a link of 30 msgs a ms whose consumer takes 5 a ms, its queue
     with room for 800: the rounds deliver at the link's rate, flat (a full pipe), while
@@ -382,6 +410,57 @@ def test_a_nak_in_the_start_cuts_from_what_was_sent_no_higher_than_consumers_tak
     assert flow.controller.rate(now=t) == pytest.approx(share * 50_000)
 
 
+def test_a_nak_before_anything_was_sent_starts_the_limit_at_the_rate_it_reports():
+    """A second task starts while the first's traffic holds the slow receiver's queue at
+    its first NAK level: a NAK (its consumer takes 78 msgs/s from each of the two senders)
+    ends this start before it sent a message. Nothing measured, the limit went on at
+    start_rate_msgs, 5,000 msgs/s into a queue of 39, and the receiver dropped 172 in
+    0.1 s (all repaired). The rate the NAK reports bounds where the limit starts."""
+    flow = NakFlow("s", NakConfig())
+    flow.use_startup()
+    flow.set_rtt(0.001)
+    assert flow.starting
+    flow.on_feedback(Nak("s", "slow", 50, 52.0, 0.0, 1, 78.0), now=0.0)
+    assert flow.start_report is not None and flow.start_report["ended"] == "nak"
+    assert flow.start_report["limit_from"] == pytest.approx(78.0)
+    assert not flow.start_report["ramps_on"]
+    assert flow.controller.rate(now=0.0) <= 78.0
+    assert flow.controller.rate(now=0.3) < 100.0  # no ramp from 5,000 either
+
+
+def test_a_queue_nak_from_the_receiver_whose_room_holds_the_start_does_not_end_it():
+    """Two fresh senders to a queue of 39 (room to its mark: 15) whose consumer is not
+    measured yet: their first windows take it past 50 %, and the NAK, with no rate to
+    say, ended both starts at the rate their first 16-19 messages arrived at (866-1,871
+    msgs/s for a consumer of 156): 55-137 dropped. The receiver's room holds the window
+    already; its NAK(50) is counted and held, and the start goes on. A NAK from a queue
+    that is full (100), from a receiver whose room does not hold the window, or one that
+    says its consumer's rate (the limit can start at that), ends it."""
+    def starting_flow() -> NakFlow:
+        flow = NakFlow("s", NakConfig())
+        flow.use_startup()
+        flow.set_rtt(0.001)
+        assert flow.admit_up_to(100, now=0.0) == 16  # the first window
+        for rx, room in (("slow", 0), ("fast", 1_000)):  # slow: no room past seq 16
+            flow.on_progress(Progress("s", rx, "tx", 1, 16, room, 0.0, 0.0005, 0.001),
+                             now=0.001)
+        return flow
+
+    flow = starting_flow()
+    flow.on_feedback(Nak("s", "slow", 50, 55.0, 0.002, 1), now=0.002)
+    assert flow.starting and flow.controller.naks_received == {50: 1}
+    assert flow.attribution.snapshot(t0=0.0)["holds_by_signal"] == {"queue": 1}
+    assert flow.admit_up_to(100, now=0.003) == 0  # its room still holds it
+    flow.on_feedback(Nak("s", "slow", 100, 100.0, 0.004, 1), now=0.004)
+    assert not flow.starting and flow.start_report["ended"] == "nak"
+    flow = starting_flow()
+    flow.on_feedback(Nak("s", "fast", 50, 55.0, 0.002, 1), now=0.002)
+    assert not flow.starting and flow.start_report["ended"] == "nak"
+    flow = starting_flow()  # a rate to go on at: the limit takes over (no higher)
+    flow.on_feedback(Nak("s", "slow", 50, 55.0, 0.002, 1, 78.0), now=0.002)
+    assert not flow.starting and flow.start_report["limit_from"] == pytest.approx(78.0)
+
+
 def test_nobody_answering_ends_the_start_after_a_stall_and_the_old_ramp_goes_on():
     """An older receiver never answers PROGRESS: the sender sends its first window, waits
     SILENT_S, and goes on with the ramp from initial_rate_msgs, as without a start."""
@@ -454,6 +533,7 @@ def test_a_slow_consumer_is_filled_no_further_than_half_and_the_limit_starts_nea
     start = out["start"]
     assert start["ended"] in ("full", "stall", "nak"), start
     assert start["delivery_rate"] <= 1.5 * 5_000, start
+    assert not start["ramps_on"] and start["limit_from"] <= 1.5 * 5_000, start  # settles
     for r in out["receivers"]:
         assert r["queue_drops"] == r["dropped_unrepaired"] == r["lost"] == 0
 

@@ -36,6 +36,7 @@ from .signals import NEWS, NOT_NEWS, PAUSE
 from .startup import RESTART_WINDOW_MSGS, STALL_S, SlowStart
 
 PAUSED = SIGNAL_CODES["paused"]
+QUEUE_SIGNAL = SIGNAL_CODES["queue"]
 #: NAK signals about the path rather than the receiver's queue.
 PATH_SIGNALS = frozenset({"delay", "loss", "silence"})
 #: Other senders' ends a NAK sender remembers, at most (one RECEIPT from each receiver).
@@ -186,6 +187,7 @@ class NakFlow(SenderFlow):
         self.cap = TokenBucket(cfg.max_rate_msgs, burst_s=cfg.burst_s)
         self._capped = False
         self.attribution = CutLog()
+        self._top = max(cfg.levels)  # a NAK of the top level: a queue full, dropping
         self.start: SlowStart | None = None  # the start, while it lasts (use_startup)
         self.start_report: dict[str, Any] | None = None
         #: starts again after another sender of the stream ended (``on_peer_ended``), the
@@ -233,10 +235,12 @@ class NakFlow(SenderFlow):
             rate, plateau = max(rate, again), max(plateau, again)
         ctl.begin(rate, plateau, now=now, ramp=ramp)
         self.bucket.set_rate(ctl.rate(now=now), now=now)
+        report = st.snapshot(self.t0)
+        report["limit_from"], report["ramps_on"] = round(rate, 1), ramp  # what came of it
         if again is None:
-            self.start_report = st.snapshot(self.t0)
+            self.start_report = report
         else:
-            self.restart_report = st.snapshot(self.t0)
+            self.restart_report = report
 
     def on_peer_ended(self, peer: tuple[str, int], seq: int, *, now: float) -> None:
         """Capacity another sender held may be free: a sender whose limit NAKs cut starts
@@ -338,7 +342,13 @@ class NakFlow(SenderFlow):
     def on_feedback(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Nak and frame.stream == self.stream:
             if self.start is not None and frame.signal != PAUSED:
-                self.start.end("nak", now)  # the limit takes over, and this NAK cuts it
+                if (frame.signal == QUEUE_SIGNAL and frame.level < self._top
+                        and frame.rate <= 0 and self.start.room_holds(frame.receiver)):
+                    self.controller.count_nak(frame.level)  # no rate to go on at: the
+                    self.attribution.hold(SIGNALS[QUEUE_SIGNAL], frame.receiver)  # room
+                    return  # that holds the start does the NAK's work
+                self.start.on_nak(frame.receiver, frame.rate, now)  # the limit takes
+                # over (no higher than the rate the NAK reports), and this NAK cuts it
                 self._end_start(now)
             ctl = self.controller
             if frame.signal == PAUSED:  # its consumer takes nothing: a cut cannot help it
