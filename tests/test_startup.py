@@ -428,6 +428,22 @@ def test_a_nak_before_anything_was_sent_starts_the_limit_at_the_rate_it_reports(
     assert flow.controller.rate(now=0.3) < 100.0  # no ramp from 5,000 either
 
 
+def test_a_delay_rise_with_nothing_confirmed_after_it_starts_at_what_the_start_confirmed():
+    """A delay rise whose CSS ran out with nothing confirmed after it (the queue another
+    sender holds at its mark has no room, so nothing more was sent): the rate since the
+    rise is 0, and the limit went on at start_rate_msgs, 5,000 msgs/s into a queue of
+    39 (68 dropped in 13 ms). What the whole start confirmed stands instead."""
+    st = SlowStart(16, max_rate_msgs=1e6)
+    st.t0, st.acked, st.sent, st.rounds = 0.0, 16, 16, 2
+    st.bws, st.round_msgs = [800.0, 400.0], [8, 8]
+    st._css_from = (1, 0.02, 16)  # the rise: after round 1, 16 confirmed by then
+    st.end("delay", 0.07)
+    assert st.delivery_rate == pytest.approx(16 / 0.07)
+    rate, plateau, ramp = st.outcome(5_000.0)
+    assert not ramp and plateau == pytest.approx(16 / 0.07)
+    assert rate == pytest.approx(startup.DRAIN * 16 / 0.07)
+
+
 def test_a_queue_nak_from_the_receiver_whose_room_holds_the_start_does_not_end_it():
     """Two fresh senders to a queue of 39 (room to its mark: 15) whose consumer is not
     measured yet: their first windows take it past 50 %, and the NAK, with no rate to
