@@ -169,6 +169,31 @@ def test_a_rate_from_a_message_or_two_a_round_is_a_guess_and_the_limit_ramps_on(
         assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
 
 
+def test_a_start_the_sender_limited_ramps_on_from_twice_what_it_sent():
+    """Rounds the sender did not fill (it sent 20 msgs a ms, a window allowed more) and no
+    queue filling: the start measured the sender, not the path, and the limit ramps on
+    from twice that rate (a sender warming up on loopback measured 47,646 msgs/s, and
+    the limit held it below the 100,000-120,000 it sent later for 0.3 s). A receiver
+    that reports a backlog (its consumer's rate) is a limit of the path: from that rate."""
+    for backlog in (False, True):
+        st = SlowStart(16, max_rate_msgs=1e7)
+        st.set_rtt(0.001)
+        t, flight, seq = 0.0, [], 0
+        while not st.done and t < 1.0:
+            t = round(t + 0.001, 6)
+            n = min(20, st.allowance(t))  # the application has 20 a ms to send
+            st.on_sent(n)
+            flight.append((t + 0.001, st.sent))
+            while flight and flight[0][0] <= t:
+                seq = flight.pop(0)[1]
+            st.on_progress("a", seq, 10**6, 0.001, t, 15_000.0 if backlog else 0.0)
+        assert st.why == "unfilled"
+        assert st.delivery_rate == pytest.approx(15_000.0 if backlog else 20_000.0, rel=0.1)
+        rate, plateau, ramp = st.outcome(5_000.0)
+        gain = 1.0 if backlog else startup.UNFILLED_GAIN
+        assert ramp and rate == plateau == pytest.approx(gain * st.delivery_rate)
+
+
 def _delayed(delay_at, until: float = 1.0) -> SlowStart:
     """A start over a path of 10 msgs a ms (reported each ms) whose one-way delay at
     ``t`` is ``delay_at(t)``, the sender always wanting more; till it ends or ``until``.
