@@ -219,7 +219,9 @@ def test_only_the_receiver_of_the_last_cut_moves_the_plateau_with_a_hold():
     assert ctrl.snapshot()["last_cut_base"] == pytest.approx(2_000)
     assert not ctrl.on_nak(100, now=0.06, fill=100.0, rate=2_400.0, source="slow", path=True)
     assert ctrl.snapshot()["last_cut_base"] == pytest.approx(2_400)
-    assert ctrl.rate(now=0.17) < 2_400  # resumed under the slow one's rate
+    # resumed at (the first level's share of) the slow one's rate, not the fast one's
+    share = ctrl.config.rate_shares[50]
+    assert ctrl.rate(now=0.17) == pytest.approx(2_400 * share, rel=1e-3)
 
 
 def test_min_rate_floors_every_cut():
