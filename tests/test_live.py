@@ -16,7 +16,7 @@ import pytest
 from nakflow import AckConfig
 from nakflow.live.receiver import Receiver
 from nakflow.live.sender import Sender
-from nakflow.policy.startup import REPORT_S
+from nakflow.policy.progress import REPORT_S
 from nakflow.testing import LocalReceivers, ReceiverSpec, feedback_phases, run_mode, run_sender
 from tests.flood import send_under_flood
 

@@ -8,16 +8,10 @@ import itertools
 import pytest
 
 from nakflow import NakConfig, SenderConfig, SenderCore
-from nakflow.policy import startup
+from nakflow.policy import delay_rise, startup
+from nakflow.policy.progress import REPORT_S, ProgressReporter
 from nakflow.policy.registry import NakFlow
-from nakflow.policy.startup import (
-    REPORT_S,
-    RESTART_WINDOW_MSGS,
-    SILENT_S,
-    STALL_S,
-    ProgressReporter,
-    SlowStart,
-)
+from nakflow.policy.startup import RESTART_WINDOW_MSGS, SILENT_S, STALL_S, SlowStart
 from nakflow.wire import Data, Hello, Nak, Progress, Receipt, decode, decode_data, encode
 from simulations.cores import CoreSimParams, simulate_cores
 
@@ -216,7 +210,7 @@ def test_a_delay_rise_that_lasts_ends_the_start_below_the_rate_it_delivered(monk
     # the rise is seen within the round after it (>= 8 reports), then slower growth for
     # CSS_ROUNDS rounds or CSS_MAX_S before it ends the start
     assert st.why == "delay" and st.rise.spurious == 0
-    assert st.ended_at is not None and st.ended_at < 0.015 + 0.025 + startup.CSS_MAX_S + 0.02
+    assert st.ended_at is not None and st.ended_at < 0.015 + 0.025 + delay_rise.CSS_MAX_S + 0.02
     # the first sign came at the rise, before the end: the report says when, and what
     # had gone out by then
     assert st.rise_at is not None and 0.015 < st.rise_at < st.ended_at
@@ -242,13 +236,13 @@ def test_a_delay_rise_ends_the_start_on_time_however_few_reports_follow_it():
     start ends CSS_MAX_S later on its timer, not at the next report."""
     st = SlowStart(16, max_rate_msgs=1e6)
     t = 0.0
-    for i in range(2 * startup.DELAY_SAMPLES):
+    for i in range(2 * delay_rise.DELAY_SAMPLES):
         t = (i + 1) / 1000
         st.on_sent(st.allowance(t))
-        st.on_progress("a", i + 1, 10**6, 0.001 if i < startup.DELAY_SAMPLES else 0.030, t)
+        st.on_progress("a", i + 1, 10**6, 0.001 if i < delay_rise.DELAY_SAMPLES else 0.030, t)
     assert st.rise.css_rounds == 0 and not st.done  # the rise: growth slows, no more
     end = st.deadline()
-    assert end == pytest.approx(t + startup.CSS_MAX_S)
+    assert end == pytest.approx(t + delay_rise.CSS_MAX_S)
     assert not st.check(end - 0.001) and st.check(end) and st.why == "delay"
 
 
@@ -260,14 +254,14 @@ def test_a_rise_in_few_reports_is_seen_a_round_after_it_not_eight_reports_after(
     9th, 29 ms in."""
     at = [3, 4, 7, 19, 22, 23, 25, 27, 29, 46]
     delay = [2.0, 1.5, 0.1, 13.5, 13.8, 15.1, 15.8, 16.5, 9.0, 25.6]
-    rise = startup.DelayRise()
+    rise = delay_rise.DelayRise()
     rise.rtt_s = 0.001
     seen = None
     for t, d in zip(at, delay, strict=True):
         assert not rise.sample("rx3", d / 1000, t / 1000)
         if seen is None and rise.css_rounds is not None:
             seen = t
-    assert seen == 29 and rise.deadline() == pytest.approx(0.029 + startup.CSS_MAX_S)
+    assert seen == 29 and rise.deadline() == pytest.approx(0.029 + delay_rise.CSS_MAX_S)
     assert rise.max_rise == pytest.approx(0.0134)  # the block 19-27 ms over 0.1 ms
 
 
@@ -278,7 +272,7 @@ def test_a_confirmation_whose_delay_is_up_grows_the_window_a_quarter_as_fast():
     assert st.cwnd == 24  # by what it confirmed
     st.on_sent(st.allowance(0.001))
     st.on_progress("a", 12, 10**6, 0.030, 0.002)  # 29 ms above its least: suspect
-    assert st.cwnd == 24 + 4 / startup.CSS_DIVISOR
+    assert st.cwnd == 24 + 4 / delay_rise.CSS_DIVISOR
     # a report of fewer than DELAY_SAMPLES messages is no rise: the start goes on
     assert st.rise.css_rounds is None
     st.on_progress("a", 16, 10**6, 0.0012, 0.003)  # back down: full speed again
@@ -297,7 +291,7 @@ def test_a_report_is_as_many_samples_as_messages_it_confirms():
     reports = [(3.0, 1, 1.231), (5.0, 20, 3.173), (6.2, 21, 3.164), (7.3, 22, 3.215),
                (35.7, 62, 27.294), (39.9, 64, 29.161), (91.5, 114, 53.690),
                (94.3, 116, 52.260)]
-    rise = startup.DelayRise()
+    rise = delay_rise.DelayRise()
     rise.rtt_s = 0.001
     seen, seq, ended = None, 0, None
     for t, upto, d in reports:
@@ -307,10 +301,10 @@ def test_a_report_is_as_many_samples_as_messages_it_confirms():
         seq = upto
         if seen is None and rise.css_rounds is not None:
             seen = t
-    assert seen == 35.7 and rise.deadline() == pytest.approx(0.0357 + startup.CSS_MAX_S)
+    assert seen == 35.7 and rise.deadline() == pytest.approx(0.0357 + delay_rise.CSS_MAX_S)
     assert ended == 91.5  # still up: the first report past CSS_MAX_S ends the start
     # few messages a rise is not: 2 reports of 1 message each 30 ms over, then low
-    rise = startup.DelayRise()
+    rise = delay_rise.DelayRise()
     for i, d in enumerate([1.0] * 8 + [31.0, 31.0] + [1.1] * 8):
         rise.sample("rx", d / 1000, i / 1000)
     assert rise.css_rounds is None and rise.max_rise < 0.004
@@ -376,8 +370,8 @@ def test_a_window_goes_out_as_frames_an_eighth_of_it_and_the_limit_frames_as_set
     window = NakConfig().start_window_msgs
     assert sent == window and sum(len(f.payloads) for f in data) == window
     # the first at once (the sender was idle), the rest an eighth of the window a frame
-    assert max(len(f.payloads) for f in data) == window // startup.DELAY_SAMPLES
-    assert len(data) > window // startup.DELAY_SAMPLES
+    assert max(len(f.payloads) for f in data) == window // delay_rise.DELAY_SAMPLES
+    assert len(data) > window // delay_rise.DELAY_SAMPLES
     core.handle_timer(SILENT_S)  # nobody answered: the start is over
     assert not core.policy.starting and core.policy.frame_msgs(256) == 256
 

@@ -28,9 +28,9 @@ from ..errors import ConfigError, ProtocolError
 from ..events import BeyondHistory, SenderLeft, StreamEnded
 from ..policy.backpressure import BackpressureEpisodes
 from ..policy.fill import Uniform
+from ..policy.progress import ProgressReporter
 from ..policy.registry import is_other_modes_feedback, make_receiver_flow
 from ..policy.signals import PAUSE_S, FillSignals
-from ..policy.startup import ProgressReporter
 from ..wire.auth import FrameAuth
 from ..wire.codec import (
     TARGET_MAGIC,

@@ -59,29 +59,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..wire.codec import Progress
+from .delay_rise import CSS_DIVISOR, DELAY_SAMPLES, ROUND_MIN_S, DelayRise
+from .progress import FORGET_S, REPORT_S, ProgressReporter
 
 __all__ = ["DELAY_SAMPLES", "DRAIN", "FORGET_S", "MAX_S", "REPORT_S", "RESTART_WINDOW_MSGS",
            "SILENT_S", "STALL_S", "ProgressReporter", "SlowStart"]
 
-#: A receiver sends one PROGRESS per sender at most this often, s.
-REPORT_S = 0.001
-#: Reports of a receiver in a block before its delay rise may end the start (HyStart++'s
-#: N_RTT_SAMPLE) ...
-DELAY_SAMPLES = 8
-#: ... or, once a round (ROUND_MIN_S or the RTT) has passed since the block's first, at
-#: least this many: a receiver behind a slow link reports about once a frame, and its
-#: frames come in bursts (a TCP sender gets a sample per ACK; 8 took the lab's tcp run
-#: 100 ms and 260 messages, where 3 showed the queue at 29 ms).
-DELAY_MIN_SAMPLES = 3
-#: The delay rise that ends the start: clamp(RTT / 8, these), s (HyStart++'s eta).
-DELAY_RISE_S = (0.004, 0.016)
-#: After a delay rise: rounds of growth divided by CSS_DIVISOR before the start ends,
-#: unless the delay falls back below where it rose from (HyStart++'s CSS).
-CSS_ROUNDS = 5
-CSS_DIVISOR = 4
-#: ... or this long, s, whichever is sooner (a round lasts as long as the queue it built).
-CSS_MAX_S = 0.05
 #: Rounds without 1.25x growth (window-limited), or not filled, that end the start.
 FULL_ROUNDS = 3
 FULL_GROWTH = 1.25
@@ -108,10 +91,6 @@ DRAIN = 0.9
 #: 47,646 msgs/s on loopback, and its limit held it below what it sent later (100,000-
 #: 120,000) for 0.3 s of a 2.9 s run.
 UNFILLED_GAIN = 2.0
-#: A round lasts at least this long, and an RTT (the least measured), s: its delivery
-#: rate is taken over no less (a receiver's queue that had room at first takes a burst
-#: far above its rate; confirmations come in bursts).
-ROUND_MIN_S = 0.01
 #: A queue that took at least this share of what arrived in the last rounds kept up.
 KEPT_UP = 0.9
 #: The window is at most this many seconds of max_rate_msgs.
@@ -131,108 +110,6 @@ RESTART_WINDOW_MSGS = 2
 #: Receivers a start follows at most (PROGRESS from more is ignored: bounded whatever
 #: ids arrive).
 MAX_RECEIVERS = 4096
-#: A receiver stops reporting to a sender whose DATA no longer says ``startup``, or none
-#: came for this long, s.
-FORGET_S = 1.0
-
-Key = tuple[str, int]
-
-
-class DelayRise:
-    """The start's delay exit, HyStart++ (RFC 9406 4.2-4.3) over the receivers' reports:
-    ``sample`` takes a report's least one-way delay; each receiver's blocks of
-    DELAY_SAMPLES reports (or of DELAY_MIN_SAMPLES over a round: a report that comes a
-    round after a block's first begins the next) are judged against the least it ever
-    showed (its clock offset cancels). A block whose least is ``threshold()`` above that
-    begins the conservative growth (CSS, ``css_rounds`` not None); in it, a block of every
-    receiver that rose back below the threshold was spurious (a process descheduled: the
-    start goes on), and CSS_ROUNDS rounds (``on_round``) or CSS_MAX_S of it
-    (``deadline``) end the start. HyStart++ calls a rise spurious once a round's least
-    falls below the least of the round it rose in; a link's queue is not monotone (in the
-    lab's tcp run 13.5 ms, then 9.0 while TCP recovered, 9 ms over its least), and that
-    rule took it for spurious twice in one start."""
-
-    def __init__(self) -> None:
-        self.rtt_s: float | None = None  # the path's least RTT (the threshold's scale)
-        # per receiver: [least delay this block, samples in it, least ever, block's first]
-        self._rows: dict[str, list[float]] = {}
-        #: in CSS: rounds since the rise, when, and the receivers whose delay is up
-        self.css_rounds: int | None = None
-        self._css_at = 0.0
-        self._risen: set[str] = set()
-        self.spurious = 0  # delay rises that fell back (the start went on)
-        self.max_rise = 0.0  # the largest rise of a block's least delay seen, s
-
-    def threshold(self) -> float:
-        """How far a block's least delay must rise to count, s: clamp(RTT / 8)."""
-        lo, hi = DELAY_RISE_S
-        return min(max((self.rtt_s or 0.0) / 8, lo), hi)
-
-    def suspect(self, receiver: str, delay: float) -> bool:
-        """A report's least delay is ``threshold()`` above the least its receiver ever
-        showed: one report is no rise (a process descheduled), but the window should not
-        grow at full speed on it while its block is judged."""
-        row = self._rows.get(receiver)
-        return row is not None and delay >= row[2] + self.threshold()
-
-    def sample(self, receiver: str, delay: float, now: float, n: int = 1) -> bool:
-        """A report's least delay over the ``n`` messages it confirms (each one a sample,
-        as each segment an ACK covers is TCP's); True if the rise lasted CSS_MAX_S (the
-        start ends)."""
-        row = self._rows.get(receiver)
-        if row is None:
-            row = self._rows[receiver] = [math.inf, 0.0, math.inf, now]
-        if now >= self.deadline():
-            return True
-        if row[1] and now - row[3] >= max(ROUND_MIN_S, self.rtt_s or 0.0) and (
-                row[1] >= DELAY_MIN_SAMPLES or row[0] < row[2] + self.threshold()):
-            # a round is over: this report begins the next. A block of fewer samples is
-            # judged if its least is low (a queue or a pause only adds delay), else it
-            # goes on (it may be a process descheduled)
-            self._judge(receiver, row, now)
-        if row[1] == 0:
-            row[3] = now
-        if delay < row[0]:
-            row[0] = delay
-        row[1] += max(1, n)
-        if row[1] >= DELAY_SAMPLES:
-            self._judge(receiver, row, now)
-        if delay < row[2]:
-            row[2] = delay
-        return False
-
-    def _judge(self, receiver: str, row: list[float], now: float) -> None:
-        """A block of ``receiver``'s reports is over: did its least delay rise?"""
-        least, row[0], row[1] = row[0], math.inf, 0.0
-        self.max_rise = max(self.max_rise, least - row[2])
-        risen, up = self._risen, least >= row[2] + self.threshold()
-        if self.css_rounds is None:
-            if up:
-                self.css_rounds, self._css_at = 0, now  # slower growth: is the rise real?
-                risen.clear()
-                risen.add(receiver)
-        elif up:
-            risen.add(receiver)
-        elif receiver in risen:
-            risen.discard(receiver)  # back below the threshold
-            if not risen:  # every receiver that rose fell back: spurious
-                self.css_rounds, self.spurious = None, self.spurious + 1
-
-    def on_round(self) -> bool:
-        """A round is over; True if CSS lasted CSS_ROUNDS of them (the start ends)."""
-        if self.css_rounds is None:
-            return False
-        self.css_rounds += 1
-        return self.css_rounds >= CSS_ROUNDS
-
-    def deadline(self) -> float:
-        """When CSS has lasted CSS_MAX_S (inf: not in CSS): the start ends then, however
-        few reports come (a slow link's come in bursts, 50 ms apart in the lab)."""
-        return math.inf if self.css_rounds is None else self._css_at + CSS_MAX_S
-
-    def forget(self, receiver: str) -> None:
-        self._rows.pop(receiver, None)
-        self._risen.discard(receiver)
 
 
 class SlowStart:
@@ -599,80 +476,3 @@ class SlowStart:
                 "ended_s": None if self.ended_at is None else round(self.ended_at - t0, 6),
                 "rise_s": None if self.rise_at is None else round(self.rise_at - t0, 6),
                 "sent_at_rise": self.rise_sent}
-
-
-class ProgressReporter:
-    """The receiver's side: for each sender whose DATA says ``startup``, a PROGRESS at most
-    every ``REPORT_S`` with the highest seq seen, the queue's room and the least delay
-    since the last one; one held back by the interval, or due because the queue made room
-    (``on_released``), goes out when it is over (``poll``), so a sender waiting on its
-    window is never left waiting. Bounded: ``max_streams`` senders at once."""
-
-    def __init__(self, stream: str, receiver: str, *, max_streams: int,
-                 wall_offset: float = 0.0) -> None:
-        self.stream, self.receiver, self.max_streams = stream, receiver, max_streams
-        self.wall_offset = wall_offset
-        #: sender key -> [next seq, least delay since the last report, last report at,
-        #: a report is pending, last startup DATA at]
-        self._rows: dict[Key, list[Any]] = {}
-        self.sent = 0
-
-    def on_data(self, key: Key, next_seq: int, delay: float, room: tuple[int, float],
-                now: float) -> Progress | None:
-        """A startup DATA frame of ``key`` ending at ``next_seq``, ``delay`` s old; ``room``:
-        (the queue's room, its consumer's rate or 0)."""
-        row = self._rows.get(key)
-        if row is None:
-            if len(self._rows) >= self.max_streams:
-                del self._rows[next(iter(self._rows))]
-            row = self._rows[key] = [next_seq, delay, -math.inf, True, now]
-        else:
-            if next_seq > row[0]:
-                row[0] = next_seq
-            if delay < row[1]:
-                row[1] = delay
-            row[3], row[4] = True, now
-        if now - row[2] >= REPORT_S:
-            return self._report(key, row, room, now)
-        return None
-
-    @property
-    def reporting(self) -> bool:
-        """Some sender is in its start here."""
-        return bool(self._rows)
-
-    def on_released(self) -> None:
-        """The queue made room: every sender in its start hears of it."""
-        for row in self._rows.values():
-            row[3] = True
-
-    def forget(self, key: Key) -> None:
-        """``key`` ended, left, or sends DATA without ``startup``: its start is over."""
-        self._rows.pop(key, None)
-
-    def poll(self, room: tuple[int, float], now: float) -> list[Progress]:
-        """The reports held back whose interval is over (``room`` as for ``on_data``)."""
-        out = []
-        for key, row in list(self._rows.items()):
-            if now - row[4] >= FORGET_S:
-                del self._rows[key]
-            elif row[3] and now - row[2] >= REPORT_S:
-                out.append(self._report(key, row, room, now))
-        return out
-
-    def next_deadline(self) -> float | None:
-        t = math.inf
-        for row in self._rows.values():
-            due = row[2] + REPORT_S if row[3] else row[4] + FORGET_S
-            if due < t:
-                t = due
-        return None if math.isinf(t) else t
-
-    def _report(self, key: Key, row: list[Any], room: tuple[int, float],
-                now: float) -> Progress:
-        delay = row[1] if math.isfinite(row[1]) else 0.0  # room made, no frame since
-        frame = Progress(self.stream, self.receiver, key[0], key[1], row[0], room[0],
-                         round(room[1], 1), delay, now + self.wall_offset)
-        row[1], row[2], row[3] = math.inf, now, False
-        self.sent += 1
-        return frame
