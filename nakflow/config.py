@@ -35,7 +35,7 @@ DEFAULT_CUT_FACTORS: Mapping[int, float] = {50: 0.9, 75: 0.7, 87: 0.5, 100: 0.25
 #: drain. At the first level, the consumer's rate itself: the queue holds at its first
 #: mark (0.97 drained it below, and in ``nakflow eval`` the job ended with 10-17 of the
 #: slow receiver's 39 queued against credit's 21-27, NAK/ACK median 0.983 of 5 runs;
-#: with 1.0, 0.995 in two rounds of 5; the simulated latency sweep and gc-pauses within
+#: with 1.0, 0.993 of 15, 0.969-1.003; the simulated latency sweep and gc-pauses within
 #: 0.3 %).
 DEFAULT_RATE_SHARES: Mapping[int, float] = {50: 1.0, 75: 0.93, 87: 0.87, 100: 0.75}
 
