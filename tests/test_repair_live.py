@@ -6,6 +6,7 @@ is older is reported as beyond history, never silently; the others never stall."
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -26,6 +27,12 @@ RATE = 20_000
 #: (net.ipv4.tcp_rmem allows 32 MB here) once held it all and nothing was lost to repair
 #: (with 100 B frames the buffers alone always held it all)
 PAYLOAD = b"x" * 4_000
+#: The receiver stays stopped until this many went out meanwhile (and 1.5 s at least):
+#: 120 MB. Stopped for 1.5 s alone, a sender that a loaded CI machine held to 6,000-9,000
+#: msgs/s sent 54 MB, the buffers held it all, and nothing was lost to repair
+STOPPED_MSGS = 30_000
+#: ... but no longer than this, s.
+MAX_STOP_S = 15.0
 
 
 def stop_one_receiver(repair: RepairConfig) -> tuple[dict, list[dict], dict[str, float]]:
@@ -39,14 +46,17 @@ def stop_one_receiver(repair: RepairConfig) -> tuple[dict, list[dict], dict[str,
                     repair=repair) as tx:
             tx.wait_for_receivers(4, timeout=15)
             t0 = time.monotonic()
-            stopped = resumed = False
-            while (now := time.monotonic()) < t0 + 5.0:
-                if not stopped and now >= t0 + 1.0:
+            stopped_at = resumed_at = math.inf  # since t0, s
+            at_stop = 0  # sent by then
+            while (now := time.monotonic()) < t0 + resumed_at + 2.5:
+                if now >= t0 + 1.0 and math.isinf(stopped_at):
                     os.kill(victim.pid, signal.SIGSTOP)
-                    stopped = True
-                if not resumed and now >= t0 + 2.5:
+                    stopped_at, at_stop = now - t0, len(sent_at)
+                if math.isinf(resumed_at) and now - t0 >= stopped_at + 1.5 and (
+                        len(sent_at) - at_stop >= STOPPED_MSGS
+                        or now - t0 >= stopped_at + MAX_STOP_S):
                     os.kill(victim.pid, signal.SIGCONT)
-                    resumed = True
+                    resumed_at = now - t0
                 if tx.try_send(PAYLOAD):
                     sent_at.append(now - t0)
                 else:
@@ -58,7 +68,8 @@ def stop_one_receiver(repair: RepairConfig) -> tuple[dict, list[dict], dict[str,
     def rate(a: float, b: float) -> float:
         return sum(1 for t in sent_at if a <= t < b) / (b - a)
 
-    rates = {"before": rate(0.2, 1.0), "stopped": rate(1.2, 2.5), "after": rate(2.5, 5.0)}
+    rates = {"before": rate(0.2, 1.0), "stopped": rate(stopped_at + 0.2, resumed_at),
+             "after": rate(resumed_at, resumed_at + 2.5), "stopped_s": resumed_at - stopped_at}
     print({"sender": {k: snap[k] for k in ("sent", "cuts", "repair")}, "rates": rates,
            "receivers": {r["receiver_id"]: {k: r[k] for k in (
                "delivered", "repaired", "lost", "dropped", "dropped_unrepaired",

@@ -30,6 +30,7 @@ CSS_MAX_S = 0.05
 #: far above its rate; confirmations come in bursts).
 ROUND_MIN_S = 0.01
 
+
 class DelayRise:
     """The start's delay exit, HyStart++ (RFC 9406 4.2-4.3) over the receivers' reports:
     ``sample`` takes a report's least one-way delay; each receiver's blocks of
