@@ -70,7 +70,8 @@ def stop_one_receiver(repair: RepairConfig) -> tuple[dict, list[dict], dict[str,
 
     rates = {"before": rate(0.2, 1.0), "stopped": rate(stopped_at + 0.2, resumed_at),
              "after": rate(resumed_at, resumed_at + 2.5), "stopped_s": resumed_at - stopped_at}
-    print({"sender": {k: snap[k] for k in ("sent", "cuts", "repair")}, "rates": rates,
+    print({"sender": {k: snap[k] for k in ("sent", "cuts", "repair")},
+           "start": snap["policy"].get("start"), "rates": rates,
            "receivers": {r["receiver_id"]: {k: r[k] for k in (
                "delivered", "repaired", "lost", "dropped", "dropped_unrepaired",
                "beyond_history", "repair")} for r in reports}})
