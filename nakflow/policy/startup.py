@@ -60,10 +60,9 @@ import math
 from typing import Any
 
 from .delay_rise import CSS_DIVISOR, DELAY_SAMPLES, ROUND_MIN_S, DelayRise
-from .progress import FORGET_S, REPORT_S, ProgressReporter
 
-__all__ = ["DELAY_SAMPLES", "DRAIN", "FORGET_S", "MAX_S", "REPORT_S", "RESTART_WINDOW_MSGS",
-           "SILENT_S", "STALL_S", "ProgressReporter", "SlowStart"]
+__all__ = ["DRAIN", "MAX_S", "RESTART_WINDOW_MSGS", "SILENT_S", "STALL_S", "UNFILLED_GAIN",
+           "SlowStart"]
 
 #: Rounds without 1.25x growth (window-limited), or not filled, that end the start.
 FULL_ROUNDS = 3
@@ -465,7 +464,7 @@ class SlowStart:
             return bw * DRAIN, bw, False
         if self.why == "unfilled" and not self.take and not self.filling:
             return bw * UNFILLED_GAIN, bw * UNFILLED_GAIN, True  # it measured the sender
-        return bw, bw, True  # unfilled, time: nothing limited the sender
+        return bw, bw, True  # time, or unfilled at a consumer's rate (a backlog, a filling queue)
 
     def snapshot(self, t0: float) -> dict[str, Any]:
         return {"ended": self.why, "rounds": self.rounds, "window": int(self.cwnd),
