@@ -100,12 +100,15 @@ class NakConfig:
     #: After this long without any NAK, s, and probe_rtts round trips, the limit also
     #: grows by probe_factor once per step_s or per RTT (whichever is longer) from where it
     #: stands then (the higher of that and CUBIC counts), so capacity that frees up (a
-    #: sender finished, a receiver left) is found in a few steps instead of after CUBIC's
-    #: plateau. Needs the RTT (measured from receivers' HELLO answers): a sender that has
-    #: none does not probe. Off by default: even RTT-aware, it overshoots where a queue
-    #: holds less than an RTT (simulated, 50 ms: 12x the drops). None: CUBIC alone
-    #: (docs/design/history.md); `nakflow eval`, on loopback, uses 0.2.
-    probe_after_s: float | None = None
+    #: sender finished, a receiver left) or that the start measured short (a start on two
+    #: shared cores: 140,000 msgs/s, and the limit then held the sender 0.5-1.4 s below
+    #: the 280,000 its receivers took) is found in a few steps instead of after CUBIC's
+    #: plateau. Each growth is at most what a quarter of the smallest queue takes in while
+    #: a NAK comes back (``policy.rate.probe_step``; unbounded, it overshot where a queue
+    #: holds less than an RTT: simulated, 50 ms, 12x the drops). Needs the RTT (the
+    #: receivers' HELLO answers) and that queue's room (their PROGRESS in the start): a
+    #: sender without them does not probe. None: CUBIC alone (docs/design/history.md).
+    probe_after_s: float | None = 0.1
     #: ... and the probe waits this many RTTs without a NAK.
     probe_rtts: float = 4.0
     #: ... growth per step_s of that probe.

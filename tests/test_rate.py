@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nakflow import ConfigError, NakConfig
-from nakflow.policy.rate import recovery_bound_s
+from nakflow.policy.rate import PROBE_ROOM_SHARE, probe_rate, probe_step, recovery_bound_s
 from nakflow.policy.registry import NakRateController
 
 
@@ -102,11 +102,14 @@ def test_after_probe_after_s_without_a_nak_the_limit_also_grows_geometrically():
     cfg = NakConfig(initial_rate_msgs=10_000, max_rate_msgs=1e6, quiet_s=0.1, step_s=0.05,
                     probe_after_s=0.3, probe_factor=1.1, probe_rtts=4)
 
-    def ticks(rtt: float | None) -> tuple[NakRateController, NakRateController]:
+    def ticks(rtt: float | None, room: float | None = 1e9
+              ) -> tuple[NakRateController, NakRateController]:
         plain, ctrl = NakRateController(replace(cfg, probe_after_s=None)), NakRateController(cfg)
         for c in (plain, ctrl):
             if rtt is not None:
                 c.set_rtt(rtt)
+            if room is not None:
+                c.set_probe_room(room)
             c.on_nak(87, now=0.0)
         return plain, ctrl
 
@@ -114,6 +117,8 @@ def test_after_probe_after_s_without_a_nak_the_limit_also_grows_geometrically():
         return 0.1 + (k - 1) * 0.05 + 1e-9
 
     plain, ctrl = ticks(None)  # no RTT measured: no probe
+    assert all(ctrl.rate(now=at(k)) == plain.rate(now=at(k)) for k in range(1, 15))
+    plain, ctrl = ticks(0.001, room=None)  # no queue's room known: no probe
     assert all(ctrl.rate(now=at(k)) == plain.rate(now=at(k)) for k in range(1, 15))
     plain, ctrl = ticks(0.001)  # short RTT: after step 4 (0.3 s without a NAK), x1.1 a step
     assert all(ctrl.rate(now=at(k)) == plain.rate(now=at(k)) for k in range(1, 5))
@@ -182,6 +187,41 @@ def test_w_comes_from_where_the_episode_began_not_from_its_repeats():
     assert ctrl.snapshot()["last_cut_base"] == pytest.approx(10_000 * 0.95)
     ctrl.on_nak(100, now=0.07, fill=100.0)  # stronger: W lowered for the severity
     assert ctrl.snapshot()["last_cut_base"] == pytest.approx(10_000 * (1 + 0.25) / 2)
+
+
+def test_a_probe_grows_no_faster_than_a_quarter_of_the_smallest_queue_takes_per_reaction():
+    """Each growth of the probe is at most probe_step: geometric while probe_factor's
+    growth is below it, then by probe_step a growth. Over a long path to short queues
+    it grows slowly; over loopback to large ones as probe_factor says. The overshoot
+    that step allows (until a NAK sent at the queue's 50 % acts, growing meanwhile)
+    fills no more than PROBE_ROOM_SHARE of the queue."""
+    cfg = NakConfig(probe_after_s=0.2)
+
+    def probing(rtt: float, room: float) -> list[float]:  # from a plateau of 20,000
+        got = [probe_rate(cfg, rtt, steps, 20_000.0, 0.0, 20_000.0, room)
+               for steps in range(1, 60)]
+        return [r for r in got if r is not None]
+
+    for rtt, room in ((0.05, 2_000), (0.0002, 10_000), (0.2, 500)):
+        rates = probing(rtt, room)
+        per = max(1, math.ceil(rtt / cfg.step_s - 1e-9))
+        most = probe_step(cfg, rtt, per, room)
+        growths = [b - a for a, b in itertools.pairwise(rates)]
+        assert 0 < max(growths) <= most * (1 + 1e-9)
+        react = rtt + cfg.backoff_s + cfg.window_s  # the overshoot a NAK at 50 % leaves:
+        grown = most * (1 + react / (per * cfg.step_s))  # growths until it acts
+        assert grown * react == pytest.approx(PROBE_ROOM_SHARE * room)
+    slow, fast = probing(0.05, 2_000), probing(0.0002, 10_000)
+    assert slow[5] < 1.5 * 20_000 < fast[5]
+    assert fast[1] == pytest.approx(fast[0] * cfg.probe_factor)  # geometric at first
+    assert probe_rate(cfg, 0.05, 40, 20_000.0, 0.0, 20_000.0, None) is None  # no room known
+    # in the controller: the room the start reported lets it probe
+    ctrl, plain = NakRateController(cfg), NakRateController(cfg)
+    for c in (ctrl, plain):
+        c.set_rtt(0.0002)
+        c.on_nak(87, now=0.0)
+    ctrl.set_probe_room(10_000)
+    assert ctrl.rate(now=1.0) > 1.5 * plain.rate(now=1.0)
 
 
 def test_after_a_drain_the_limit_resumes_just_under_the_rate_the_receiver_reported():

@@ -401,6 +401,32 @@ def test_the_start_keeps_to_the_senders_ceiling():
     assert finite and all(0 < w <= 0.0025 for w in finite)
 
 
+def test_the_start_tells_the_probe_the_smallest_queue_its_receivers_reported():
+    """What the receivers' PROGRESS said of their queues' room (the most each reported)
+    bounds how fast the limit probes after the start: the smallest of them. A start no
+    receiver answered knows no queue, and the limit does not probe."""
+    flow = NakFlow("s", NakConfig(max_rate_msgs=20_000))
+    flow.use_startup()
+    flow.set_rtt(0.0002)
+    sent, t = 0, 0.0
+    while flow.starting and t < 0.5:
+        t = round(t + 0.0005, 6)
+        sent += flow.admit(50, now=t)[0]
+        for rx, room in (("big", 10**6), ("small", 3_000)):
+            flow.on_progress(Progress("s", rx, "tx", 1, sent, room, 0.0, 0.0001, t), now=t)
+    assert flow.start_report is not None and flow.start_report["receivers"] == 2
+    assert flow.controller.probe_room == 3_000
+    silent = NakFlow("s", NakConfig())
+    silent.use_startup()
+    silent.set_rtt(0.0002)
+    t = 0.0
+    while silent.starting and t < 1.0:
+        t = round(t + 0.001, 6)
+        silent.admit(50, now=t)
+    assert silent.start_report is not None and silent.start_report["ended"] == "silent"
+    assert silent.controller.probe_room is None
+
+
 def test_a_nak_in_the_start_cuts_from_what_was_sent_no_higher_than_consumers_take():
     """A 200 ms path whose window doubles past what the consumers take (50,000 msgs/s,
     reported once their queues backed up): the NAK that ends the start cuts from the

@@ -234,6 +234,8 @@ class NakFlow(SenderFlow):
         if again is not None:  # not below where it was: the start looked for more
             rate, plateau = max(rate, again), max(plateau, again)
         ctl.begin(rate, plateau, now=now, ramp=ramp)
+        if st.most_room:  # the smallest queue bounds how fast the limit probes later
+            ctl.set_probe_room(min(st.most_room.values()))
         self.bucket.set_rate(ctl.rate(now=now), now=now)
         report = st.snapshot(self.t0)
         report["limit_from"], report["ramps_on"] = round(rate, 1), ramp  # what came of it
