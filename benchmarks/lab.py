@@ -53,6 +53,9 @@ LAB_NOTES = {"receiver": "rx1, rx2 on full-speed links; the last one behind the 
              "rise_s": "s from the sender's first DATA frame to its start's first delay "
                        "rise (its growth slows from then; None: none)",
              "sent_at_rise": "messages the sender sent before that delay rise",
+             "in_flight_at_rise": "of those, what the slowest receiver had not confirmed "
+                                  "then: in the link's queue or on the way (the link's "
+                                  "token bucket passes its first 32 KB at once)",
              "at_close": "what the sender's close learnt of this receiver (its receipt: "
                          "complete or incomplete; gone; unconfirmed)"}
 #: Modes with flow control: a receiver of theirs that lacks a message makes the run fail
@@ -294,6 +297,7 @@ def _receiver_row(res: dict[str, Any], host: str, snap: dict[str, Any], count: i
                 "fb_start": "-",
                 "fb_after": "-", "flow_start": "-", "flow_after": "-", "signal_s": "-",
                 "sent_before": "-", "rise_s": "-", "sent_at_rise": "-",
+                "in_flight_at_rise": "-",
                 "at_close": "-"}  # NORM
     # does not say
     tl = snap.get("timeline") or {}

@@ -245,7 +245,8 @@ def first_signal(sender: dict[str, Any]) -> dict[str, float | int | None]:
     samples). None where neither came (or it sent nothing): a start's overshoot is what
     went out before the first signal came back. ``rise_s`` and ``sent_at_rise``: the same
     at the start's first delay rise (its growth slows from then; the start ends on it
-    only if the rise lasts), None without one."""
+    only if the rise lasts), None without one; ``in_flight_at_rise``: of those, what the
+    slowest receiver had not confirmed by then (on the path or in its queue)."""
     policy = sender.get("policy") or {}
     cuts = policy.get("cut_events") or []
     start = policy.get("start") or {}
@@ -253,11 +254,14 @@ def first_signal(sender: dict[str, Any]) -> dict[str, float | int | None]:
     t, sent = tl.get("t") or [], tl.get("sent") or []
     first = sender.get("first_data_s")
     if first is None:
-        return {"signal_s": None, "sent_before": None, "rise_s": None, "sent_at_rise": None}
-    rise: dict[str, float | int | None] = {"rise_s": None, "sent_at_rise": None}
+        return {"signal_s": None, "sent_before": None, "rise_s": None, "sent_at_rise": None,
+                "in_flight_at_rise": None}
+    rise: dict[str, float | int | None] = {"rise_s": None, "sent_at_rise": None,
+                                           "in_flight_at_rise": None}
     if start.get("rise_s") is not None:
         rise = {"rise_s": round(start["rise_s"] - first, 3),
-                "sent_at_rise": start.get("sent_at_rise")}
+                "sent_at_rise": start.get("sent_at_rise"),
+                "in_flight_at_rise": start.get("in_flight_at_rise")}
     if start.get("ended") in START_SIGNALS and start.get("sent") is not None and (
             not cuts or start["ended_s"] <= cuts[0]["t"]):
         return {"signal_s": round(start["ended_s"] - first, 3), "sent_before": start["sent"],

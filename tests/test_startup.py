@@ -217,6 +217,8 @@ def test_a_delay_rise_that_lasts_ends_the_start_below_the_rate_it_delivered(monk
     assert st.rise_sent is not None and 0 < st.rise_sent < st.ended_sent
     report = st.snapshot(0.0)
     assert (report["rise_s"], report["sent_at_rise"]) == (round(st.rise_at, 6), st.rise_sent)
+    assert report["in_flight_at_rise"] == st.rise_sent - st.rise_acked  # not yet confirmed
+    assert st.rise_acked is not None and 0 < st.rise_acked < st.rise_sent
     rate, plateau, ramp = st.outcome(5_000.0)
     assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
     assert plateau == pytest.approx(st.delivery_rate) and 5_000 < plateau < 15_000

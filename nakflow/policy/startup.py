@@ -162,9 +162,12 @@ class SlowStart:
         self._unfilled = 0
         self.rise = DelayRise()
         #: when a delay rise was first seen (the start's first signal of a queue on the
-        #: path: its growth slows from then, CSS), and what had been sent by then
+        #: path: its growth slows from then, CSS), what had been sent by then, and what
+        #: the slowest receiver had confirmed (the rest was in flight: on the path, or in
+        #: its queue)
         self.rise_at: float | None = None
         self.rise_sent: int | None = None
+        self.rise_acked: int | None = None
         #: in CSS: (rounds, now, acked) when it began (the rounds since measure the path
         #: with a queue on it: its bottleneck's rate)
         self._css_from: tuple[int, float, int] | None = None
@@ -296,7 +299,7 @@ class SlowStart:
             elif self._css_from is None:
                 self._css_from = (self.rounds, now, self.acked)
                 if self.rise_at is None:
-                    self.rise_at, self.rise_sent = now, self.sent
+                    self.rise_at, self.rise_sent, self.rise_acked = now, self.sent, self.acked
             if ended:
                 return self.end("delay", now)
         if (self.acked >= self._round_end and self.acked > self._round_acked
@@ -474,4 +477,6 @@ class SlowStart:
                 "max_delay_rise_ms": round(self.rise.max_rise * 1000, 3),
                 "ended_s": None if self.ended_at is None else round(self.ended_at - t0, 6),
                 "rise_s": None if self.rise_at is None else round(self.rise_at - t0, 6),
-                "sent_at_rise": self.rise_sent}
+                "sent_at_rise": self.rise_sent,
+                "in_flight_at_rise": (None if self.rise_sent is None or self.rise_acked is None
+                                      else self.rise_sent - self.rise_acked)}
