@@ -103,10 +103,11 @@ class NakConfig:
     #: sender finished, a receiver left) or that the start measured short (a start on two
     #: shared cores: 140,000 msgs/s, and the limit then held the sender 0.5-1.4 s below
     #: the 280,000 its receivers took) is found in a few steps instead of after CUBIC's
-    #: plateau. Each growth is at most what a quarter of the smallest queue takes in while
-    #: a NAK comes back (``policy.rate.probe_step``; unbounded, it overshot where a queue
-    #: holds less than an RTT: simulated, 50 ms, 12x the drops). Needs the RTT (the
-    #: receivers' HELLO answers) and that queue's room (their PROGRESS in the start): a
+    #: plateau. Each growth is at most what half the smallest room the receivers reported
+    #: in the start takes in while a NAK comes back (``policy.rate.probe_step``; unbounded,
+    #: it overshot where a queue holds less than an RTT: simulated, 50 ms, 12x the drops),
+    #: and it does not grow past a rate a consumer's queue NAK reported. Needs the RTT
+    #: (the receivers' HELLO answers) and that room (their PROGRESS in the start): a
     #: sender without them does not probe. None: CUBIC alone (docs/design/history.md).
     probe_after_s: float | None = 0.1
     #: ... and the probe waits this many RTTs without a NAK.

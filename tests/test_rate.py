@@ -189,12 +189,12 @@ def test_w_comes_from_where_the_episode_began_not_from_its_repeats():
     assert ctrl.snapshot()["last_cut_base"] == pytest.approx(10_000 * (1 + 0.25) / 2)
 
 
-def test_a_probe_grows_no_faster_than_a_quarter_of_the_smallest_queue_takes_per_reaction():
+def test_a_probe_grows_no_faster_than_half_the_smallest_room_takes_per_reaction():
     """Each growth of the probe is at most probe_step: geometric while probe_factor's
     growth is below it, then by probe_step a growth. Over a long path to short queues
     it grows slowly; over loopback to large ones as probe_factor says. The overshoot
     that step allows (until a NAK sent at the queue's 50 % acts, growing meanwhile)
-    fills no more than PROBE_ROOM_SHARE of the queue."""
+    fills no more than PROBE_ROOM_SHARE of the room the receivers reported."""
     cfg = NakConfig(probe_after_s=0.2)
 
     def probing(rtt: float, room: float) -> list[float]:  # from a plateau of 20,000
@@ -202,7 +202,7 @@ def test_a_probe_grows_no_faster_than_a_quarter_of_the_smallest_queue_takes_per_
                for steps in range(1, 60)]
         return [r for r in got if r is not None]
 
-    for rtt, room in ((0.05, 2_000), (0.0002, 10_000), (0.2, 500)):
+    for rtt, room in ((0.05, 800), (0.0002, 4_000), (0.2, 200)):  # rooms: 40 % of queues
         rates = probing(rtt, room)
         per = max(1, math.ceil(rtt / cfg.step_s - 1e-9))
         most = probe_step(cfg, rtt, per, room)
@@ -211,7 +211,7 @@ def test_a_probe_grows_no_faster_than_a_quarter_of_the_smallest_queue_takes_per_
         react = rtt + cfg.backoff_s + cfg.window_s  # the overshoot a NAK at 50 % leaves:
         grown = most * (1 + react / (per * cfg.step_s))  # growths until it acts
         assert grown * react == pytest.approx(PROBE_ROOM_SHARE * room)
-    slow, fast = probing(0.05, 2_000), probing(0.0002, 10_000)
+    slow, fast = probing(0.05, 800), probing(0.0002, 4_000)
     assert slow[5] < 1.5 * 20_000 < fast[5]
     assert fast[1] == pytest.approx(fast[0] * cfg.probe_factor)  # geometric at first
     assert probe_rate(cfg, 0.05, 40, 20_000.0, 0.0, 20_000.0, None) is None  # no room known
@@ -220,8 +220,33 @@ def test_a_probe_grows_no_faster_than_a_quarter_of_the_smallest_queue_takes_per_
     for c in (ctrl, plain):
         c.set_rtt(0.0002)
         c.on_nak(87, now=0.0)
-    ctrl.set_probe_room(10_000)
+    ctrl.set_probe_room(4_000)
     assert ctrl.rate(now=1.0) > 1.5 * plain.rate(now=1.0)
+
+
+def test_the_probe_does_not_grow_past_a_rate_a_consumers_queue_reported():
+    """A queue's NAK that says what its consumer takes sets W there, and the probe stays
+    off until the next episode: a probe from it doubled the limit before that queue's
+    next NAK at 50 % came (a chaos run: 1,034 of 40,000 dropped). A path's NAK (a
+    queueing delay: the rate arrived while a queue was on the path) and a start's
+    measurement are not a consumer's word, and the probe goes on from them."""
+    cfg = NakConfig(initial_rate_msgs=40_000, max_rate_msgs=1e7)
+
+    def after(path: bool | None, t: float = 1.5) -> float:
+        ctrl = NakRateController(cfg if path is not None else replace(cfg, probe_after_s=None))
+        ctrl.set_rtt(0.0002)
+        ctrl.set_probe_room(10_000)
+        ctrl.on_nak(87, now=0.0, rate=10_000.0, path=bool(path))
+        return ctrl.rate(now=t)
+
+    plain = after(None)  # no probe at all
+    assert after(False) == pytest.approx(plain)  # a consumer's rate: the curve alone
+    assert after(True) > 1.5 * plain  # a path's: the probe
+    begun = NakRateController(cfg)  # a start's plateau: the probe
+    begun.set_rtt(0.0002)
+    begun.set_probe_room(10_000)
+    begun.begin(9_000.0, 10_000.0, now=0.0, ramp=False)
+    assert begun.rate(now=1.5) > 1.5 * plain
 
 
 def test_after_a_drain_the_limit_resumes_just_under_the_rate_the_receiver_reported():

@@ -41,19 +41,21 @@ def cut_to(cfg: NakConfig, level: int, base: float, rate: float) -> float:
     return max(cut, cfg.min_rate_msgs)
 
 
-#: A probe's growth is at most what this share of the smallest queue the receivers
-#: reported (``room``) takes in while a NAK comes back: a receiver NAKs at 50 % of its
-#: queue, and the probe's overshoot fills no more than this on top of it.
-PROBE_ROOM_SHARE = 0.25
+#: A probe's growth is at most what this share of the smallest room the receivers
+#: reported in the start (``room``: 40 % of a queue, ``receiver_core.ROOM_SHARE``)
+#: takes in while a NAK comes back: a receiver NAKs at 50 % of its queue, and the
+#: probe's overshoot fills a fifth more of it at most, before the NAK acts.
+PROBE_ROOM_SHARE = 0.5
 
 
 def probe_step(cfg: NakConfig, rtt_s: float, per: int, room: float) -> float:
     """The most a probe grows the limit by at once, msgs/s: ``PROBE_ROOM_SHARE`` of
     ``room`` (msgs) over the time a NAK takes to act (``react``: the receiver's NAK
     window and hold-off, a round trip), divided among the growths that time holds too
-    (``per`` steps apart). On loopback (queues of 10,000, RTT 0.2 ms) 18,800 msgs/s a
-    step; over 50 ms to queues of 2,000: 1,400 a step, where ``probe_factor`` alone grew
-    a 20,000 msgs/s limit by 5,000 and overflowed them (simulated, 12x the drops)."""
+    (``per`` steps apart). On loopback (queues of 10,000: room 4,000; RTT 0.2-17 ms)
+    10,000-15,000 msgs/s a step; over 50 ms to queues of 2,000 (room 800): 1,100 a
+    step, where ``probe_factor`` alone grew a 20,000 msgs/s limit by 5,000 and
+    overflowed them (simulated, 12x the drops)."""
     grow_s = per * cfg.step_s
     react = rtt_s + cfg.backoff_s + cfg.window_s
     return PROBE_ROOM_SHARE * max(room, 1.0) / (react * (1.0 + react / grow_s))
@@ -144,7 +146,9 @@ class NakRateController:
       ``step_s`` along ``W + c*W*(t-K)^3``, W being the rate at the last cut.
     * While none arrives for ``probe_after_s``, it also grows by ``probe_factor`` a
       step from where it stood then (the higher of the two counts): freed capacity is
-      found in a few steps rather than after CUBIC's plateau.
+      found in a few steps rather than after CUBIC's plateau. Not past a rate a
+      consumer's queue NAK reported (W then is what it takes), and by ``probe_step``
+      at most a growth.
     * ``on_sent(n, now=)`` feeds the send-rate meter.
     """
 
@@ -157,6 +161,11 @@ class NakRateController:
         start = cfg.start_rate_msgs
         self._w = start  # rate at which the last cut came
         self._resume = False  # W is a path's reported rate: resume near it once quiet
+        #: W is what a consumer takes, its queue's NAK said so: the probe does not grow
+        #: past it (a consumer's rate holds until it says otherwise; a probe from there
+        #: doubled the limit before its queue's NAK at 50 % came, and NAK levels' cuts
+        #: from twice its rate overflowed it: 1,034 of 40,000 dropped, against 50-182)
+        self._w_told = False
         self._r0 = start  # rate right after the last cut (the curve's origin)
         self._k = 0.0  # CUBIC K: time from origin to W, s
         self._quiet_from: float | None = None  # last NAK (or first use), s
@@ -311,6 +320,7 @@ class NakRateController:
             self._episode = False
             self._hold_until = -math.inf
             self._w = rate
+            self._w_told = False
             self._set_origin(rate, now)
 
     def begin(self, rate: float, plateau: float, *, now: float, ramp: bool) -> None:
@@ -321,6 +331,7 @@ class NakRateController:
         lo, hi = cfg.min_rate_msgs, cfg.max_rate_msgs
         rate = min(max(rate, lo), hi)
         self._w = min(max(plateau, rate), hi)
+        self._w_told = False  # what the start measured: a sender on shared cores too
         self._slow_start = ramp and rate < hi
         self._rate = rate
         self._last_now = max(self._last_now, now)
@@ -352,6 +363,7 @@ class NakRateController:
         deepest = cfg.cut_factors[self._episode_level]
         w = self._episode_base * (1.0 + deepest) / 2.0
         self._resume = rate > 0 and path
+        self._w_told = rate > 0 and not path
         if rate > 0:  # the receiver said what it takes: the plateau is there (a rate
             w = rate  # below it returns to it: at once after the path's drain, see
             # _evaluate, along the curve after a queue's)
@@ -371,6 +383,7 @@ class NakRateController:
             cfg = self.config
             self._w = min(max(rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
             self._resume = path
+            self._w_told = not path
         self._set_origin(current, now)  # no increase for now
         return False
 
@@ -433,8 +446,8 @@ class NakRateController:
             self._r0 = resume
             self._k = _cbrt((self._w - resume) / (cfg.cubic_c * self._w))
         rate = cubic(cfg, self._w, self._k, steps)
-        probe = probe_rate(cfg, self.rtt_s, steps, self._w, self._k, self._r0,
-                           self.probe_room)
+        probe = None if self._w_told else probe_rate(cfg, self.rtt_s, steps, self._w,
+                                                     self._k, self._r0, self.probe_room)
         if probe is not None:
             rate = max(rate, probe)
         rate = min(max(rate, self._r0, cfg.min_rate_msgs), cfg.max_rate_msgs)
