@@ -208,9 +208,13 @@ def test_a_probe_grows_no_faster_than_half_the_smallest_room_takes_per_reaction(
         most = probe_step(cfg, rtt, per, room)
         growths = [b - a for a, b in itertools.pairwise(rates)]
         assert 0 < max(growths) <= most * (1 + 1e-9)
-        react = rtt + cfg.backoff_s + cfg.window_s  # the overshoot a NAK at 50 % leaves:
-        grown = most * (1 + react / (per * cfg.step_s))  # growths until it acts
-        assert grown * react == pytest.approx(PROBE_ROOM_SHARE * room)
+        # what the probe adds while a NAK is on its way (react; a growth every ``per``
+        # steps, so floor(react / growth) + 1 growths at most in that time), over react,
+        # fills no more than PROBE_ROOM_SHARE of the room
+        react = rtt + cfg.backoff_s + cfg.window_s
+        span = (math.floor(react / (per * cfg.step_s)) + 1) * per  # steps they take
+        added = max(b - a for a, b in zip(rates, rates[span:], strict=False))
+        assert added * react <= PROBE_ROOM_SHARE * room * (1 + 1e-9)
     slow, fast = probing(0.05, 800), probing(0.0002, 4_000)
     assert slow[5] < 1.5 * 20_000 < fast[5]
     assert fast[1] == pytest.approx(fast[0] * cfg.probe_factor)  # geometric at first

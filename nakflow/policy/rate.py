@@ -43,8 +43,10 @@ def cut_to(cfg: NakConfig, level: int, base: float, rate: float) -> float:
 
 #: A probe's growth is at most what this share of the smallest room the receivers
 #: reported in the start (``room``: 40 % of a queue, ``receiver_core.ROOM_SHARE``)
-#: takes in while a NAK comes back: a receiver NAKs at 50 % of its queue, and the
-#: probe's overshoot fills a fifth more of it at most, before the NAK acts.
+#: takes in while a NAK comes back: what the probe adds to the rate while a receiver's
+#: NAK (sent at 50 % of its queue) is on its way fills a fifth of that queue at most.
+#: What it added before the queue reached 50 % is not bounded so: a probe from a
+#: consumer's own rate overflowed its queue (``_w_told``: it no longer probes there).
 PROBE_ROOM_SHARE = 0.5
 
 
