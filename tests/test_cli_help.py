@@ -42,3 +42,16 @@ def test_top_level_help_is_plain_text() -> None:
     assert "nakflow COMMAND --help" in out
     for name in ("send", "receive", "demo", "eval", "simulate"):
         assert name in out
+
+
+def test_the_nak_options_say_the_library_defaults_and_0_turns_the_probe_off() -> None:
+    from nakflow import NakConfig
+    from nakflow.cli.commands import nak_config
+
+    d = NakConfig()
+    text = " ".join(COMMANDS["send"].format_help().split())
+    assert f"default {d.probe_after_s}; 0: no probe" in text
+    ends = ["send", "--data", "tcp://127.0.0.1:1", "--feedback", "tcp://127.0.0.1:2"]
+    assert nak_config(PARSER.parse_args([*ends, "--nak-probe-after", "0"])).probe_after_s is None
+    assert nak_config(PARSER.parse_args([*ends, "--nak-probe-after", "0.3"])).probe_after_s == 0.3
+    assert nak_config(PARSER.parse_args(ends)) == d

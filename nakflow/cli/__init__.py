@@ -299,10 +299,11 @@ def _send_parser(sub: Any) -> None:
                    default=None, metavar="MSGS",
                    help=f"nak: the start's first window (default {d.start_window_msgs}; 0: "
                         "no start, slow start from --nak-initial-rate)")
-    s.add_argument("--nak-probe-after", dest="nak_probe_after_s", type=_positive,
+    s.add_argument("--nak-probe-after", dest="nak_probe_after_s", type=_non_negative,
                    default=None, metavar="S",
-                   help="nak: after this long without a NAK also grow geometrically (a "
-                        "LAN or loopback; default: off)")
+                   help=f"nak: after this long (and {d.probe_rtts:g} RTTs) without a NAK also "
+                        f"grow geometrically, each growth bounded by the receivers' reported "
+                        f"room (default {d.probe_after_s}; 0: no probe, CUBIC alone)")
     s.set_defaults(func=cmd_send)
 
 

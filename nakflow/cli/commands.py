@@ -183,6 +183,8 @@ def nak_config(args: argparse.Namespace) -> NakConfig:
         value = getattr(args, f"nak_{opt}", None)
         if value is not None:
             kw[opt] = value
+    if kw.get("probe_after_s") == 0:
+        kw["probe_after_s"] = None  # --nak-probe-after 0: no probe
     window = getattr(args, "nak_start_window_msgs", None)
     if window is not None:
         kw["start_window_msgs"] = window or None
