@@ -36,6 +36,9 @@ COLUMNS: dict[str, str] = {
     "dups": "messages that arrived more than once (e.g. a retried Spark task re-sent its "
             "partition)",
     "complete": "senders whose END this receiver saw / senders in the run",
+    "done_s": "seconds from the job's start until this receiver delivered its last "
+              "message to its application (the job ends once every receiver holds every "
+              "message: what a queue still holds then is delivered after it)",
     "queue_peak": "most messages ever waiting in this receiver's queue (bound: its "
                   "capacity)",
     "blocked_s": "seconds the sender(s) waited for the rate limit or credit, summed",

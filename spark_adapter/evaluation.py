@@ -160,12 +160,28 @@ def run_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig, *, rows: int,
         wcfg = WriterConfig(rx.data, rx.feedback, mode=mode, stream=STREAM, run_id=run_id,
                             wait_receivers=len(specs),
                             batch_rows=cfg.batch_rows, arrow_rows=cfg.batch_rows)
-        t0 = time.monotonic()
+        started_at, t0 = time.time(), time.monotonic()
         senders = send(spark, df, wcfg, cfg.writer)
         job_s = time.monotonic() - t0
         receivers = rx.results(timeout_s=_budget_s(cfg, rows))
     return {"mode": mode, "run_id": run_id, "rows": rows, "partitions": partitions,
-            "job_s": job_s, "senders": senders, "receivers": receivers}
+            "job_s": job_s, "started_at": started_at, "senders": senders,
+            "receivers": receivers}
+
+
+def done_s(run: dict[str, Any], receiver: dict[str, Any]) -> float | None:
+    """Seconds from the job's start until ``receiver`` delivered its last row to its
+    application (local receivers share the driver's clock; None if it delivered none).
+    The job ends once every receiver holds every row, queued or delivered: with a full
+    queue behind it, the slow receiver delivers its last rows after the job ended."""
+    last, began = receiver.get("last_delivery_at"), run.get("started_at")
+    return None if last is None or began is None else round(last - began, 3)
+
+
+def slowest_done_s(run: dict[str, Any]) -> float | None:
+    """When the last receiver delivered its last row, s after the job began."""
+    times = [t for r in run["receivers"] if (t := done_s(run, r)) is not None]
+    return max(times) if times else None
 
 
 def send(spark: Any, df: Any, wcfg: WriterConfig, writer: str) -> list[dict[str, Any]]:
@@ -208,7 +224,8 @@ def table_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             # rows/s: a message is one row (foreach) or an Arrow message of many
             "goodput": round(r["goodput_msgs"] * r["rows"] / r["delivered"]
                              if r["delivered"] else 0), "delivered": r["rows"],
-            "missing": run["rows"] - r["rows"], "dropped": r["dropped"],
+            "missing": run["rows"] - r["rows"], "done_s": done_s(run, r),
+            "dropped": r["dropped"],
             "repaired": r["repaired"], "lost": r["lost"], "dups": r["duplicates"],
             "complete": f"{len(complete)}/{run['partitions']}",
             "queue_peak": r["queue_peak"], "blocked_s": common["blocked_s"],
@@ -282,6 +299,9 @@ def run_eval(spark: Any, cfg: EvalConfig,
         if progress is not None:
             worst = max((rows - r["rows"] for r in run["receivers"]), default=None)
             tail = "" if worst is None else f", at most {worst:,} rows missing at a receiver"
+            done = slowest_done_s(run)
+            if done is not None:
+                tail += f"; the last receiver delivered its last row {done:.1f} s after the start"
             via = "the data source" if cfg.writer == "datasource" else "foreachPartition"
             progress(f"[eval] mode {mode}: {rows:,} rows from {partitions} tasks ({via}) in "
                      f"{run['job_s']:.1f} s ({rows / run['job_s']:,.0f} rows/s){tail}")

@@ -216,6 +216,7 @@ class DeliveryQueue:
         active = (max(0.0, last - first_data_wall)
                   if first_data_wall is not None and last is not None else 0.0)
         return {"delivered": self.delivered, "active_s": round(active, 6),
+                "last_delivery_at": None if last is None else round(last, 6),
                 "goodput_msgs": round(self.delivered / active, 1) if active > 0 else 0.0,
                 "queued": len(self) + pending, "queue_peak": self.queue_peak,
                 "latency_ms": self.latency_ms()}
