@@ -61,8 +61,8 @@ class EvalConfig:
     #: Rows per DATA frame (``foreach``); rows per Arrow message (``datasource``).
     batch_rows: int = 128
     #: How the job sends: ``datasource`` (``df.write.format("nakflow")``, Arrow messages
-    #: of ``batch_rows`` rows; the library's NAK defaults) or ``foreach``
-    #: (``foreachPartition`` row by row, a msgpack row each; NAK probes after 0.2 s).
+    #: of ``batch_rows`` rows) or ``foreach`` (``foreachPartition`` row by row, a
+    #: msgpack row each); both run the library's NAK defaults.
     writer: str = "datasource"
 
     def __post_init__(self) -> None:
