@@ -429,6 +429,39 @@ def test_the_start_tells_the_probe_the_smallest_queue_its_receivers_reported():
     assert silent.controller.probe_room is None
 
 
+def test_a_stream_that_ends_in_its_start_hands_on_what_the_start_measured():
+    """The rate a sender leaves the next one on its path (``remember_rate``: a Spark
+    task's successor in its worker) when its stream ended inside its start: the window
+    paced it there, and the limit still stood where slow start would begin (5,000
+    msgs/s and a step or two). Handing that on left a task 39 msgs/s (5,000 rows/s in
+    Arrow messages of 128) where the path carried 2,000, and that task, which skips its
+    start for a remembered rate, ramped for 0.76 s. What the start measured is handed
+    on, no more than was really sent at; a start that measured nothing hands on
+    nothing (the next sender starts for itself)."""
+    flow = NakFlow("s", NakConfig())
+    flow.use_startup()
+    flow.set_rtt(0.01)
+    sent, t, flight = 0, 0.0, []
+    while t < 0.08:  # 100,000 msgs/s offered, confirmed 10 ms later
+        t = round(t + 0.0005, 6)
+        sent += flow.admit(50, now=t)[0]
+        flight.append((t + 0.01, sent))
+        acked = max((n for at, n in flight if at <= t), default=0)
+        flow.on_progress(Progress("s", "rx", "tx", 1, acked, 10**6, 0.0, 0.005, t), now=t)
+    assert flow.starting  # the stream ends here, inside its start
+    handed, peak = flow.validated_rate(now=t), flow.controller.sent_peak
+    assert handed is not None and peak is not None
+    assert handed <= peak  # no faster than it really sent
+    assert handed > 2 * flow.controller.rate(now=t)  # not the limit it never used
+    assert handed == pytest.approx(min(flow.start.delivery_rate, peak))
+    quiet = NakFlow("s", NakConfig())  # its receivers never answered
+    quiet.use_startup()
+    quiet.admit(50, now=0.001)
+    quiet.admit(50, now=0.06)
+    assert quiet.starting and quiet.controller.sent_peak is not None
+    assert quiet.validated_rate(now=0.06) is None
+
+
 def test_a_nak_in_the_start_cuts_from_what_was_sent_no_higher_than_consumers_take():
     """A 200 ms path whose window doubles past what the consumers take (50,000 msgs/s,
     reported once their queues backed up): the NAK that ends the start cuts from the

@@ -231,6 +231,11 @@ class NakRateController:
         """What was sent over the last meter period (or the running one), msgs/s."""
         return self._meter.current(now)
 
+    @property
+    def sent_peak(self) -> float | None:
+        """The highest rate really sent at over a meter period (None before one)."""
+        return self._meter.peak
+
     def validated_rate(self, *, now: float) -> float | None:
         """The limit, but no higher than the highest rate really sent at over a meter
         period (a limit never used is not known to be safe); None before one period."""
