@@ -13,8 +13,9 @@ from typing import Any
 class RateMemory:
     """The rate senders reached on a path, remembered for the next sender on it.
 
-    A sender that ends hands in its validated rate (``NakRateController.validated_rate``:
-    the limit, but no more than it really sent at); a sender starting on the same path
+    A sender that ends hands in its validated rate (``NakFlow.validated_rate``: the
+    limit, but no more than it really sent at; if its stream ended inside its start,
+    what the start measured, or nothing); a sender starting on the same path
     (stream and data endpoints) within ``max_age_s`` starts from there instead of slow
     start's ``initial_rate_msgs``. That is TCP's temporal sharing (RFC 9040; Linux keeps
     such per-destination metrics in ``tcp_metrics``): a Spark job's tasks run one after
