@@ -377,6 +377,12 @@ def w3_stall(count: int) -> list[dict[str, Any]]:
             args = ["send", "--data", ",".join(lrx.data), "--feedback", ",".join(lrx.feedback),
                     "--mode", mode, "--duration", str(duration), "--max-rate", str(SLOW_RATE),
                     "--wait-receivers", "4", "--json"]
+            if mode == "none":  # what the resumed receiver's queue drops is none's figure
+                # (stalled_missing_after), not a failure: 20,000 msgs waited in its sockets
+                # and a fast consumer took them in time, or not (217 dropped in one CI
+                # run, and the sender's exit 1 for an incomplete receiver ended the suite).
+                # nak and ack promise the whole stream: their exit 1 still stops it
+                args.append("--allow-loss")
             sender = subprocess.Popen(nakflow_cmd(*args), stdout=subprocess.PIPE, text=True)
             measure(f"nakflow {mode}", lrx.procs, sender, lambda rx=lrx: rx.results(120),
                     lambda r: ([r["started_at"] + t for t in r["timeline"]["t"]],
