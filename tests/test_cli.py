@@ -63,6 +63,10 @@ BAD = [
       "--capacity", "-3"), "must be > 0"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--wait-timeout", "0.5"), "0 of 1 receivers answered"),
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--nak-probe-after", "0.05"), "--nak-probe-after must be 0 (no probe) or at least 0.1 s"),
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--nak-probe-after", "-1"), "must be >= 0"),
 ]
 
 

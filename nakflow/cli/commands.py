@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..config import AckConfig, NakConfig, RepairConfig
-from ..errors import PeerMismatch
+from ..errors import ConfigError, PeerMismatch
 from ..policy.bucket import TokenBucket
 from ..report import Verdict, receiver_verdict, sender_verdict
 
@@ -183,8 +183,12 @@ def nak_config(args: argparse.Namespace) -> NakConfig:
         value = getattr(args, f"nak_{opt}", None)
         if value is not None:
             kw[opt] = value
-    if kw.get("probe_after_s") == 0:
+    probe, quiet = kw.get("probe_after_s"), NakConfig().quiet_s
+    if probe == 0:
         kw["probe_after_s"] = None  # --nak-probe-after 0: no probe
+    elif probe is not None and probe < quiet:  # the config's words name no option
+        raise ConfigError(f"--nak-probe-after must be 0 (no probe) or at least {quiet:g} s "
+                          f"(quiet_s: the probe needs that long without a NAK)")
     window = getattr(args, "nak_start_window_msgs", None)
     if window is not None:
         kw["start_window_msgs"] = window or None
