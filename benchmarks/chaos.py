@@ -39,7 +39,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,7 +53,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from nakflow import ProtocolError  # noqa: E402
-from nakflow.testing import nakflow_cmd  # noqa: E402
+from nakflow.testing import free_port, nakflow_cmd  # noqa: E402
 from nakflow.wire import Credit, Nak, Repair, decode  # noqa: E402
 
 NETNS_SETUP = ("ip link set lo up multicast on && ip route add 224.0.0.0/4 dev lo && "
@@ -62,12 +61,6 @@ NETNS_SETUP = ("ip link set lo up multicast on && ip route add 224.0.0.0/4 dev l
 STREAM_MSGS = 20_000
 CAPACITY = 2_000
 SLOW_RATE = 5_000.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class FeedbackProxy:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .tables import format_table
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a receiver that binds
+    later than its sender connects: a late joiner, a restart on the same port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from benchmarks.chaos import FeedbackProxy, free_port
-from nakflow.testing import LocalReceivers, ReceiverSpec, run_sender
+from benchmarks.chaos import FeedbackProxy
+from nakflow.testing import LocalReceivers, ReceiverSpec, free_port, run_sender
 from nakflow.wire import Credit, Nak
 from tests.snippets import run_snippet
 

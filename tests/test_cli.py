@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from nakflow.testing import nakflow_cmd
+from nakflow.testing import free_port, nakflow_cmd
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def endpoints() -> tuple[str, str]:
