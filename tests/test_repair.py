@@ -261,8 +261,9 @@ def test_a_request_that_only_keeps_the_linger_going_is_not_a_try():
 def test_a_late_joiner_asks_the_history_for_what_came_before_it_as_room_allows():
     """A receiver that first hears a stream at seq 100 asks the sender's history for
     0..99 (late join) once three of its frames arrived (a made-up sender's one frame asks
-    nothing), no more at a time than its queue has room for; what the history no longer
-    holds stays missed before join, not beyond history."""
+    nothing), no more at a time than its queue has room for, and asks at once to have all
+    of it held (the rest may wait for room longer than the history keeps it); what the
+    history no longer holds stays missed before join, not beyond history."""
     t = SequenceTracker(repair=True)
     rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, refill_below=0.5),
                          capacity_msgs=40)
@@ -272,11 +273,14 @@ def test_a_late_joiner_asks_the_history_for_what_came_before_it_as_room_allows()
     assert not t.with_gaps  # nobody asked yet
     t.on_data("p", 1, 107, 3)
     assert t.totals()["missed_before_join"] == 100 + (1 << 40) and t.totals()["lost"] == 0
-    assert [r.ranges for r in rq.poll(0.0, now=0.0)] == [((0, 40),)]
-    assert rq.poll(0.0, now=0.01) == []  # the rest waits for room
+    first = rq.poll(0.0, now=0.0)
+    assert [r.ranges for r in first if r.hold] == [((0, 100),)]
+    assert all(r.to_me for r in first)  # nobody else misses it
+    assert requested(first) == [((0, 40),)]
+    assert rq.poll(0.0, now=0.01) == []  # the rest waits for room, held already
     assert t.on_repair("p", 1, 0, 40) == [(0, 40)]
-    assert [r.ranges for r in rq.poll(0.5, now=0.1)] == [((40, 41),)]  # no room: one
-    assert [r.ranges for r in rq.poll(0.25, now=0.2)] == [((40, 41), (41, 70))]  # again
+    assert requested(rq.poll(0.5, now=0.1)) == [((40, 41),)]  # no room: one
+    assert requested(rq.poll(0.25, now=0.2)) == [((40, 41), (41, 70))]  # again
     assert t.on_gone("p", 1, 40, 100) == 0  # forgotten by the sender: still "missed"
     tot = t.totals()
     assert (tot["repaired"], tot["missed_before_join"] - (1 << 40),
@@ -433,7 +437,7 @@ def test_own_drops_still_owed_are_held_again_every_second_room_or_not():
     """The sender's pin lasts history_age_s from the last hold: a consumer slower than
     that (coarse Arrow messages taken 5 a second) renews it while it is owed them, and
     stops renewing what it got."""
-    from nakflow.core.repair import HOLD_RENEW_S
+    from nakflow.core.history import HOLD_RENEW_S
 
     t = SequenceTracker(repair=True)
     rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, refill_below=0.8),
@@ -473,6 +477,21 @@ def test_a_renewed_pin_lasts_history_age_s_from_the_renewal_and_counts_once():
     assert h.kept_bytes == 100
     h.trim(now=13.01)  # 5 s after the last renewal
     assert h.kept_bytes == 0 and h.lookup([(10, 11)], now=13.01, who="r")[1] == [(10, 11)]
+
+
+def test_a_pin_outlives_the_renewal_period_whatever_the_history_age():
+    """Receivers renew their holds every HOLD_RENEW_S (1 s): with a history of 0.5 s a
+    pin of 0.5 s lapsed between renewals, and what the receiver held on to was GONE."""
+    from nakflow.core.history import HOLD_RENEW_S, PIN_MIN_S
+
+    assert PIN_MIN_S >= 2 * HOLD_RENEW_S
+    h = SendHistory(cfg(history_msgs=10**9, history_bytes=10**9, history_age_s=0.5))
+    h.add(0, 0.0, [b"x"] * 10, 10, now=0.0)
+    assert h.hold([(0, 10)], now=0.1, who="r") == []
+    h.add(10, 0.0, [b"y"] * 10, 10, now=2.0)  # the history moves on past 0..9
+    assert h.lookup([(0, 10)], now=2.0, who="r")[1] == []  # kept: the renewal is due
+    h.trim(now=0.1 + PIN_MIN_S + 0.01)
+    assert h.lookup([(0, 1)], now=0.1 + PIN_MIN_S + 0.01, who="r")[1] == [(0, 1)]
 
 
 def test_held_frames_outlive_the_bounds_for_history_age_s_and_serve_any_request():

@@ -6,11 +6,12 @@ transmit window and NORM's SQUELCH do (seed 003: bounded history, gaps reported)
 Entries are whole DATA frames (one or many payloads); a repair re-sends only the
 requested slice of a frame. No clock: ``now`` comes in.
 
-A receiver whose own queue dropped messages asks at once to have them held (``hold``):
-the frames holding them are pinned for that receiver for ``history_age_s`` from its last
-hold and survive the bounds meanwhile (``kept``), so what was dropped while the history
-still held it stays repairable however fast the history moves on, until the receiver has
-room to take it. A receiver renews its holds while it is owed them (``RepairRequester``),
+A receiver whose own queue dropped messages asks at once to have them held (``hold``), as
+does a late joiner for what came before it: the frames holding them are pinned for that
+receiver for ``history_age_s`` (PIN_MIN_S at least) from its last hold and survive the
+bounds meanwhile (``kept``), so what the history still held then stays repairable however
+fast the history moves on, until the receiver has room to take it. A receiver renews its
+holds every HOLD_RENEW_S while it is owed them (``RepairRequester``),
 so one that consumes more slowly than the history's age is not cut off; one that dies
 stops renewing and its pins end.
 Pins share the byte bound: what is kept shortens the history of everything else, one
@@ -32,6 +33,13 @@ Range = tuple[int, int]
 #: holds past it are not kept): a receiver whose consumer stopped for good cannot take
 #: the history from the others' repairs, nor make the sender slow on its own.
 PIN_SHARE = 0.25
+#: A receiver renews its holds this often while it is owed them, s (``RepairRequester``).
+HOLD_RENEW_S = 1.0
+#: A pin lasts ``history_age_s`` from its hold, but no less than this, s: three renewals,
+#: so a pin outlives the renewal period and a lost renewal or two. With a history of 1 s
+#: (``--history-age 1``) pins lapsed between renewals: a late joiner away for 2.5 s got
+#: 5,621 of its own drops back as GONE (beyond_history), though it held them all along.
+PIN_MIN_S = 3 * HOLD_RENEW_S
 
 
 class Slice(NamedTuple):
@@ -190,11 +198,12 @@ class SendHistory:
 
     def hold(self, ranges: Sequence[Range], *, now: float, who: str) -> list[Range]:
         """Keep what ``ranges`` hold for receiver ``who`` until ``now + history_age_s``
-        (its queue dropped them; it asks for them once it has room); returns the parts
-        no longer held (GONE). Past the receiver's PIN_SHARE nothing more is pinned."""
+        (PIN_MIN_S at least: its queue dropped them, or they came before it joined; it
+        asks for them once it has room); returns the parts no longer held (GONE). Past
+        the receiver's PIN_SHARE nothing more is pinned."""
         self.trim(now)
         cfg = self.config
-        until = now + cfg.history_age_s
+        until = now + max(cfg.history_age_s, PIN_MIN_S)
         budget = PIN_SHARE * cfg.history_bytes - self._pinned_bytes(who, now)
         gone: list[Range] = []
         for lo, hi in ranges:

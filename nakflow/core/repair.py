@@ -7,7 +7,8 @@ repair. Seqs the receiver's own full queue dropped are asked for only once the f
 is below ``refill_below`` (room is back); meanwhile, at once, the sender is asked to
 hold them (a REPAIR with ``hold``: at most one every HOLD_EVERY_S per stream, and all
 that is still owed again every HOLD_RENEW_S), so the history still has them when room
-comes however fast it moves on and however slowly the consumer gets there. After
+comes however fast it moves on and however slowly the consumer gets there; so is
+what was sent before the receiver joined (late join), from its first look. After
 ``max_requests`` with nothing of that stream arriving in between, no repair, no DATA,
 no repeated END (a sender gone or unreachable), a gap is given up: a sender that still
 sends is answering, however long its repairs wait for its rate limit. Requests are
@@ -24,18 +25,24 @@ from typing import Any
 from ..config import RepairConfig
 from ..policy.fill import Uniform, backoff_delay
 from ..wire.codec import MAX_RANGES, Repair
-from .gaps import DROPPED, DROPPED_OWN, LOST, OWN_KINDS, GapList
+from .gaps import DROPPED, DROPPED_OWN, JOINED, LOST, OWN_KINDS, GapList
+from .history import HOLD_RENEW_S
 from .seqtrack import SequenceTracker
 
 #: A stream's own drops are asked to be held at most this often, s: a queue that
 #: overflows drops message by message, and one hold frame per look would flood the
 #: feedback channel; the history keeps far longer than this.
 HOLD_EVERY_S = 0.01
-#: While a stream's own drops wait for room, their hold is renewed this often, s (well
-#: inside the history's default age, 5 s): a consumer slower than the history's age (a
-#: data source's 1,024-row messages to a receiver taking 5 a second) is still owed them
-#: at the end, and a sender's pin without renewal ended and said GONE (beyond_history).
-HOLD_RENEW_S = 1.0
+#: While a stream's own drops wait for room, their hold is renewed every HOLD_RENEW_S
+#: (``history``: a pin lasts three of them at least): a consumer slower than the
+#: history's age (a data source's 1,024-row messages to a receiver taking 5 a second) is
+#: still owed them at the end, and a sender's pin without renewal ended and said GONE
+#: (beyond_history).
+#: The gaps the sender is asked to hold: this receiver's own drops, and what was sent
+#: before it joined (late join: a joiner that fell behind, its process stopped for 1 s,
+#: asked for the first 498-2,767 of a 20,000-message stream after the history's 5 s had
+#: forgotten them, and they stayed ``missed_before_join``).
+HELD_KINDS = (DROPPED, DROPPED_OWN, JOINED)
 
 
 class RepairRequester:
@@ -127,11 +134,13 @@ class RepairRequester:
                now: float) -> tuple[list[tuple[int, int]], float]:
         """What this receiver's own queue dropped and the sender has not yet been asked to
         hold, while there is no room to ask for it (below ``refill_below`` it is asked for
-        at once anyway); every HOLD_RENEW_S all of it that is still owed, room or not (the
-        sender's pin lasts ``history_age_s`` from the last hold); and when to look again."""
+        at once anyway), and what was sent before it joined, from the first look (it is
+        asked for a piece at a time, as room comes); every HOLD_RENEW_S all of it that is
+        still owed, room or not (the sender's pin lasts ``history_age_s`` from the last
+        hold); and when to look again."""
         if self.capacity_msgs is None:
             return [], math.inf
-        own = [g for g in gaps if g.kind in (DROPPED, DROPPED_OWN)]
+        own = [g for g in gaps if g.kind in HELD_KINDS]
         if not own:
             self._renewed_at.pop(key, None)
             return [], math.inf
@@ -142,7 +151,9 @@ class RepairRequester:
             for g in own:
                 g.held_to = 0
         elif fill < self.config.refill_below:
-            return [], renew
+            own = [g for g in own if g.kind == JOINED]
+            if not own:
+                return [], renew
         todo = [g for g in own if g.held_to < g.hi]
         if not todo:
             return [], renew
