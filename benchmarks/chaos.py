@@ -306,7 +306,9 @@ class Round:
         self.log(f"feedback proxy: {proxy.dropped} frames dropped, {proxy.passed} passed")
 
     def finish(self) -> None:
-        """Senders end their streams (SIGTERM: END, then repairs); receivers report."""
+        """Senders stop (SIGTERM: one still sending leaves without END, its stream is
+        not a finished one; one in its close stops waiting for receipts); receivers
+        report."""
         for inc in self.senders.values():
             inc.proc.send_signal(signal.SIGCONT)
             inc.proc.send_signal(signal.SIGTERM)

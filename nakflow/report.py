@@ -127,9 +127,10 @@ def _at_close_words(snap: dict[str, Any]) -> str:
 
 
 def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
-                   interrupted: str | None = None) -> Verdict:
+                   interrupted: str | None = None, after_end: bool = False) -> Verdict:
     """``sent X msgs in T s (R msgs/s) to N receivers: 3 complete, 1 gone``, and the
-    problems: nobody answered, fewer sent than ``planned``, an interruption, a receiver
+    problems: nobody answered, fewer sent than ``planned``, an interruption (before END,
+    or ``after_end``: while the close waited for receipts), a receiver
     the close did not find complete (its receipt said what it lacks; it went, or never
     confirmed), messages the receivers asked for that the history no longer held, peers
     in another mode or with another key."""
@@ -142,7 +143,10 @@ def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
                                  counts=snap.get("at_close_counts"))
     if planned is not None and sent < planned:
         problems.append(f"sent {_n(sent)} of the {_n(planned)} planned")
-    if interrupted:
+    if interrupted and after_end:
+        problems.append(f"{interrupted} after END, while the close waited for receipts: "
+                        "receivers that had not confirmed are unconfirmed")
+    elif interrupted:
         problems.append(f"{interrupted}: no END was sent, receivers report the stream "
                         "incomplete")
     if not receivers:

@@ -212,3 +212,35 @@ def test_async_sender_with_linger_zero_sends_a_frame_per_message():
 
     got, frames = asyncio.run(main())
     assert frames == 300 and [m.seq for m in got] == list(range(300))
+
+
+def test_a_close_cancelled_while_it_waits_ends_with_the_receiver_unconfirmed():
+    """END went out and the close waits for a receiver process stopped before it;
+    ``asyncio.wait_for`` cancels the wait: the close is over (BYE sent) and the report
+    names that receiver ``unconfirmed``. Before, the cancelled close left the sender
+    closing, with no outcome for the receiver."""
+    import os
+    import signal
+
+    from nakflow.testing import LocalReceivers, ReceiverSpec
+
+    with LocalReceivers([ReceiverSpec("stopped")], mode="nak", duration_s=60) as rxs:
+        rxs.wait_ready()
+
+        async def main():
+            tx = AsyncSender(rxs.data, rxs.feedback, mode="nak")
+            await tx.wait_for_receivers(1)
+            for i in range(100):
+                await tx.send(b"%d" % i)
+            os.kill(rxs.procs[0].pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(tx.close(), 0.5)
+            finally:
+                os.kill(rxs.procs[0].pid, signal.SIGCONT)
+            return tx.snapshot()
+
+        snap = asyncio.run(main())
+    assert snap["state"] == "closed" and snap["sent"] == 100
+    assert [(a["receiver"], a["status"], a["why"]) for a in snap["at_close"]] == [
+        ("stopped", "unconfirmed", "the close was cut short before its receipt")]

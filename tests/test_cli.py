@@ -221,6 +221,45 @@ def test_a_blocked_sender_stops_on_a_signal_with_its_report(signum: int) -> None
         rx.communicate()
 
 
+def test_a_sender_interrupted_while_its_close_waits_reports_who_it_still_awaited() -> None:
+    """END went out and the close waits for a receiver stopped since before it; SIGTERM
+    ends that wait at once: exit 143, the report still comes (the stopped receiver
+    ``unconfirmed``, the other complete) and says the signal came after END. Before, the
+    signal broke out of the close: no report, and "interrupted ... before it finished"."""
+    (d1, f1), (d2, f2) = endpoints(), endpoints()
+    fast = receiver(d1, f1, "--senders", "1", "--id", "fast")
+    stopped = receiver(d2, f2, "--senders", "1", "--id", "stopped")
+    tx = subprocess.Popen(nakflow_cmd("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}",
+                                      "--count", "2000", "--wait-receivers", "2", "--json",
+                                      "-v"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert tx.stderr is not None
+    try:
+        lines = []
+        while "ready; sending" not in (line := tx.stderr.readline()):  # both heard
+            assert line, "".join(lines)
+            lines.append(line)
+        stopped.send_signal(signal.SIGSTOP)
+        while "Confirmed(receiver='fast'" not in (line := tx.stderr.readline()):
+            assert line, "".join(lines)  # END went out; the close waits for 'stopped'
+            lines.append(line)
+        tx.send_signal(signal.SIGTERM)
+        out, err = tx.communicate(timeout=30)
+        assert tx.returncode == 143, err
+        report = json.loads(out)
+        at = {a["receiver"]: (a["status"], a["why"]) for a in report["at_close"]}
+        assert at == {"fast": ("complete", ""),
+                      "stopped": ("unconfirmed", "the close was cut short before its receipt")}
+        assert report["sent"] == 2000 and report["state"] == "closed"
+        assert "interrupted by SIGTERM after END, while the close waited for receipts" in err
+    finally:
+        stopped.send_signal(signal.SIGCONT)
+        for proc in (tx, fast, stopped):
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
 def test_a_late_receiver_gets_what_the_history_still_holds() -> None:
     """A receiver started after the sender began is offered the stream's start from the
     sender's history (late join): it ends with everything. The sending lasts 4 s at its

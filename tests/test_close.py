@@ -118,6 +118,26 @@ def test_a_receiver_stopped_across_end_is_waited_for_and_catches_up_whole():
         ("r0", "r1", "r2"), "complete")
 
 
+def test_an_abort_during_the_close_ends_its_wait_and_says_who_was_still_awaited():
+    """END went out and the close waits for a stopped receiver; ``abort`` (a signal at
+    ``nakflow send``, an application giving up) ends the wait at once: that receiver is
+    ``unconfirmed``, the others keep what they confirmed, and BYE goes out. Before, the
+    awaited one had no outcome at all and the report did not name it."""
+    run = Run(3)
+    while run.tx.sent < run.messages - 1_000:
+        run.step()
+    while not run.at_close() or len(run.at_close()) < 2:  # END out, r0 and r1 confirmed
+        run.step(stopped={2})
+    assert not run.tx.closed
+    run.tx.abort(run.link.now)
+    assert run.tx.closed
+    at = run.at_close()
+    assert {r: c["status"] for r, c in at.items()} == {
+        "r0": "complete", "r1": "complete", "r2": "unconfirmed"}
+    assert at["r2"]["why"] == "the close was cut short before its receipt"
+    assert run.tx.snapshot(run.link.now)["at_close_counts"]["unconfirmed"] == 1
+
+
 def test_a_receiver_whose_connection_closed_is_gone_after_the_probe_not_the_timeout():
     run = Run(3)
     while run.tx.sent < run.messages // 2:

@@ -478,10 +478,13 @@ def cmd_send(args: argparse.Namespace) -> int:
             metrics.close()
         raise
     finally:
-        if ended:
-            tx.close()
-        else:
+        if not ended:
             tx.abort()
+    if ended:
+        try:
+            tx.close()
+        except Interrupted as exc:  # END went out: the wait for receipts is cut short
+            interrupted, status_if_interrupted = f"interrupted by {exc}", 128 + exc.signum
     snap = tx.snapshot()
     snap["process_cpu_s"] = round(time.process_time(), 3)  # every thread of the process
     if metrics is not None:
@@ -491,7 +494,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         emit(snap, args.json, keys=PLAIN_KEYS["send"])
         say(f"nakflow send: error: {mismatch}")
         return EXIT_INCOMPLETE
-    verdict = sender_verdict(snap, planned=count, interrupted=interrupted)
+    verdict = sender_verdict(snap, planned=count, interrupted=interrupted, after_end=ended)
     snap["summary"] = verdict.line
     snap["problems"] = verdict.problems
     emit(snap, args.json, keys=PLAIN_KEYS["send"])

@@ -175,8 +175,8 @@ class CloseTally:
                 t = min(t, self._lost_at + DISCONNECT_PROBE_S)
         return t
 
-    def finish(self) -> None:
-        """The close is over: whoever it still waited for is ``unconfirmed``."""
+    def finish(self, why: str = "no receipt within linger_max_s") -> None:
+        """The close is over: whoever it still waited for is ``unconfirmed`` (``why``)."""
         roster = self.roster
         for r in self.audience or ():
             if r in self.outcomes:
@@ -184,7 +184,7 @@ class CloseTally:
             if r in roster.left:
                 self._settle(r, Outcome(GONE, "bye"))
             elif r in roster.receipts:
-                self._settle(r, Outcome(UNCONFIRMED, "no receipt within linger_max_s"))
+                self._settle(r, Outcome(UNCONFIRMED, why))
             else:
                 self.older_n += 1
                 if len(self.older) < MAX_REPORTED:

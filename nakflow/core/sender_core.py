@@ -263,9 +263,13 @@ class SenderCore(Endpoint):
 
     def abort(self, now: float) -> None:
         """Leave without END (receivers see the stream incomplete): what was admitted goes
-        out, then BYE."""
+        out, then BYE. During the close (END went out already) it stops the close's wait:
+        the receivers still waited for are ``unconfirmed``."""
         if self.life.state == CLOSED:
             return
+        if self.life.state == CLOSING:
+            self.tally.finish("the close was cut short before its receipt")
+            self._take_outcomes()
         self.admission.give_back()
         self.flush(now)
         self.life.step("abort")

@@ -135,6 +135,10 @@ class AsyncSender:
                 timer = core.get_timer()
                 await self._progressed(IDLE_POLL_S if timer is None
                                        else timer - time.monotonic())
+        except BaseException:  # cancelled inside the wait (asyncio.wait_for's timeout): the
+            core.abort(time.monotonic())  # close ends here, its report says who was still
+            self._transmit()  # waited for, and BYE goes out
+            raise
         finally:
             self._timer.cancel()
             if self._reader is not None:

@@ -292,9 +292,14 @@ class Sender:
                 now = time.monotonic()
                 core.close(now) if end else core.abort(now)
                 self._transmit()
-                while not core.closed:
-                    self._service(now, max(0.0, self._timer_at(now) - now))
-                    now = time.monotonic()
+                try:
+                    while not core.closed:
+                        self._service(now, max(0.0, self._timer_at(now) - now))
+                        now = time.monotonic()
+                except BaseException:  # a signal (KeyboardInterrupt) inside the wait: the
+                    core.abort(time.monotonic())  # close ends here, its report says who
+                    self._transmit()  # was still waited for, and BYE goes out
+                    raise
                 rate = core.policy.validated_rate(now=now) if end else None
                 if self._rate_key is not None and rate is not None:
                     RATE_MEMORY.remember(self._rate_key, rate, now=now)
