@@ -29,6 +29,10 @@ violation is any of:
   before the stream began (one that joins mid-stream may take a burst before the
   sender hears its first credit: reported, not a violation).
 
+Not a violation, but counted (``finished_short``) and listed (SHORT): a finished stream
+that a receiver up all through it ended short of, lost, dropped or beyond the history
+(the sender's report names that receiver incomplete or unconfirmed).
+
 The fault schedule and the accounting table are printed; exit status 1 on any violation.
 """
 
@@ -343,11 +347,14 @@ class Round:
         self.receivers.clear()
 
 
-def check(rnd: Round) -> tuple[dict[str, Any], list[str]]:
-    """The accounting table row of a round, and its violations."""
+def check(rnd: Round) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The accounting table row of a round, its violations, and the finished streams a
+    receiver up all through them ended short of (not violations: the sender named it)."""
     row = dict.fromkeys(("sent", "streams", "delivered", "dropped_unrepaired", "lost",
-                         "beyond_history", "missed", "repaired", "incomplete", "malformed"), 0)
+                         "beyond_history", "missed", "repaired", "incomplete", "malformed",
+                         "finished_short"), 0)
     bad: list[str] = []
+    short: list[str] = []
     finished = {(s.report["sender_id"], s.report["epoch"]): (s, s.report["sent"])
                 for s in rnd.past_senders if s.report is not None}
     row["sent"] = sum(s.report["sent"] for s in rnd.past_senders if s.report is not None)
@@ -392,6 +399,19 @@ def check(rnd: Round) -> tuple[dict[str, Any], list[str]]:
                     bad.append(f"{where}: sender sent {finished[key][1]}, END said "
                                f"{st['final_seq']}")
             t_start = started(*key)
+            missing = st["dropped"] + st["lost"] + st["beyond_history"]
+            if missing and key in finished:
+                tx = finished[key][0]
+                if (tx.ended is not None and rx.started <= tx.started - 1.0
+                        and (rx.ended or 1e9) >= tx.ended):
+                    row["finished_short"] += 1
+                    said = next((f"{a['status']} ({a['why']})" for a in
+                                 (tx.report or {}).get("at_close") or []
+                                 if a.get("receiver") == rx.name), "not named")
+                    short.append(f"{where}: {missing:,} short ({st['dropped']:,} dropped, "
+                                 f"{st['lost']:,} lost, {st['beyond_history']:,} beyond "
+                                 f"history) of a finished stream it was up all through; "
+                                 f"the sender said {said}")
             if (rnd.mode == "ack" and (st["dropped"] or st["lost"])
                     and t_start is not None and rx.started <= t_start - 1.0):
                 bad.append(f"{where}: ack lost {st['lost']} and dropped {st['dropped']}")
@@ -403,7 +423,7 @@ def check(rnd: Round) -> tuple[dict[str, Any], list[str]]:
                            f"t={tx.started:.2f}-{tx.ended:.2f} s), though it was up all "
                            "through")
     row["violations"] = len(bad)
-    return row, bad
+    return row, bad, short
 
 
 def run_rounds(args: argparse.Namespace, transport: str) -> tuple[list[dict[str, Any]], int]:
@@ -415,10 +435,12 @@ def run_rounds(args: argparse.Namespace, transport: str) -> tuple[list[dict[str,
             print(f"[chaos] {transport} {mode}: {args.duration_s:.0f} s, seed "
                   f"{rnd.seed} ...", file=sys.stderr, flush=True)
             rnd.run()
-            row, bad = check(rnd)
+            row, bad, short = check(rnd)
             print(f"[chaos] {transport} {mode} fault schedule:")
             for line in rnd.schedule:
                 print(f"    {line}")
+            for line in short:
+                print(f"    SHORT {line}")
             for line in bad:
                 print(f"    VIOLATION {line}")
             rows.append({"transport": transport, "mode": mode, **row})
@@ -483,6 +505,10 @@ NOTES = {
     "malformed": "garbage frames the receivers counted and dropped",
     "violations": "accounting violations (see the schedule above for each)",
     "dropped_unrepaired": "dropped by a full queue and never repaired",
+    "finished_short": "(receiver, stream) pairs where a sender finished its stream (its "
+                      "report is in) and a receiver up all through it ended short: not "
+                      "violations (the sender's report names that receiver), but what "
+                      "nak's repair did not make whole (SHORT lines above)",
 }
 
 
