@@ -235,9 +235,9 @@ def test_a_late_joiner_away_longer_than_the_history_age_still_gets_what_came_bef
     what was sent before it joined is asked to be held from the first look, as its own
     drops are, so it is still there when room comes, and it ends with the whole stream.
     Before, that part was asked for a queue's room at a time and not held (with 1 s of
-    history and 2.5 s away, 2,385-2,399 stayed ``missed_before_join``; in the chaos run a
-    restarted receiver stopped for 1 s ended 498-3,700 of a 20,000-message stream short,
-    in 4 runs of 4)."""
+    history and 2.5 s away, 2,385-2,399 stayed ``missed_before_join``; the chaos run's
+    restarted receiver stopped for 1 s, reproduced alone, ended 498-3,700 of a
+    20,000-message stream short in 7 runs of 7)."""
     import threading
 
     late_data, late_fb = (f"tcp://127.0.0.1:{free_port()}" for _ in range(2))

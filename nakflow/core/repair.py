@@ -33,15 +33,14 @@ from .seqtrack import SequenceTracker
 #: overflows drops message by message, and one hold frame per look would flood the
 #: feedback channel; the history keeps far longer than this.
 HOLD_EVERY_S = 0.01
-#: While a stream's own drops wait for room, their hold is renewed every HOLD_RENEW_S
-#: (``history``: a pin lasts three of them at least): a consumer slower than the
-#: history's age (a data source's 1,024-row messages to a receiver taking 5 a second) is
-#: still owed them at the end, and a sender's pin without renewal ended and said GONE
-#: (beyond_history).
 #: The gaps the sender is asked to hold: this receiver's own drops, and what was sent
 #: before it joined (late join: a joiner that fell behind, its process stopped for 1 s,
-#: asked for the first 498-2,767 of a 20,000-message stream after the history's 5 s had
-#: forgotten them, and they stayed ``missed_before_join``).
+#: asked for the first 498-3,700 of a 20,000-message stream after the history's 5 s had
+#: forgotten them, and they stayed ``missed_before_join``). While owed, their hold is
+#: renewed every HOLD_RENEW_S (``history``: a pin lasts three of them at least): a
+#: consumer slower than the history's age (a data source's 1,024-row messages to a
+#: receiver taking 5 a second) is still owed them at the end, and a sender's pin without
+#: renewal ended and said GONE (beyond_history).
 HELD_KINDS = (DROPPED, DROPPED_OWN, JOINED)
 
 
