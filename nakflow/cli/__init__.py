@@ -100,7 +100,8 @@ EXIT_CODES = {
             "incomplete, gone or unconfirmed at the close, fewer sent than planned, or a "
             "receiver of another mode or key; 2 bad arguments or an unusable environment "
             "(nobody answered within --wait-timeout); 130/143 interrupted (SIGINT/SIGTERM) "
-            "before END. --allow-loss: 0 for missing data. See docs/exit-codes.md.",
+            "before END, or while the close waited for receipts (the report still comes). "
+            "--allow-loss: 0 for missing data. See docs/exit-codes.md.",
     "receive": "exit status: 0 every stream complete (a service, without --senders and "
                "--duration, stopped by SIGTERM/SIGINT after draining: 0 unless something was "
                "missing); 1 messages missing, a peer of another mode or key, or the sink "
