@@ -59,6 +59,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from nakflow import ProtocolError  # noqa: E402
 from nakflow.testing import free_port, nakflow_cmd  # noqa: E402
 from nakflow.wire import Credit, Nak, Repair, decode  # noqa: E402
+from transports import open_pub, open_sub  # noqa: E402
 
 NETNS_SETUP = ("ip link set lo up multicast on && ip route add 224.0.0.0/4 dev lo && "
                "exec \"$@\"")
@@ -75,13 +76,14 @@ class FeedbackProxy:
     def __init__(self, upstream: list[str], downstream: str, *, bind: bool, drop: float,
                  delay_s: float, seed: int,
                  lossy: tuple[type, ...] = (Nak, Credit, Repair)) -> None:
+        # through the transport layer, as nakflow's own sockets: over epgm a bare PUB sends
+        # at libzmq's default ZMQ_RATE, 100 kbit/s, and the feedback of an epgm round
+        # queued for seconds behind it (a sender's measured RTT 168 ms on loopback, NAKs
+        # of a receiver killed 2.3 s before; senders heard no PROGRESS and sent whole
+        # streams into the slow receiver's queue: 14,289 and 15,111 beyond history)
         ctx = zmq.Context.instance()
-        self.sub = ctx.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        for uri in upstream:
-            self.sub.connect(uri)
-        self.pub = ctx.socket(zmq.PUB)
-        (self.pub.bind if bind else self.pub.connect)(downstream)
+        self.sub, _ = open_sub(ctx, upstream, bind=False)
+        self.pub, _ = open_pub(ctx, [downstream], bind=bind)
         self.rng = random.Random(seed)
         self.drop, self.delay_s, self.lossy = drop, delay_s, lossy
         self.dropped = self.passed = 0
