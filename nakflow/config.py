@@ -342,7 +342,9 @@ class RepairConfig:
     backoff_s: float = 0.05
     #: Receiver: a gap still missing this long after it was asked for is asked again, s.
     retry_s: float = 0.1
-    #: Receiver: after this many requests a gap is given up (reported lost or dropped).
+    #: Receiver: after this many requests with nothing of the stream arriving, and its
+    #: sender silent for ``repair.SENDER_SILENT_S`` (2.5 s), a gap is given up (reported
+    #: lost or dropped).
     max_requests: int = 10
     #: Receiver: messages its own full queue dropped are asked for once the fill is below
     #: this fraction of capacity (room is back), as many as there is room for. At 0.5 a

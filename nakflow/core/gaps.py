@@ -13,6 +13,7 @@ arrives): past it the oldest range is given up and stays reported as lost or dro
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterator
 
 LOST, DROPPED, JOINED, DROPPED_OWN = 0, 1, 2, 3
@@ -42,6 +43,7 @@ class GapList:
         self._starts: list[int] = []
         self.given_up = [0, 0, 0, 0]  # msgs per kind no longer asked for (bound or max requests)
         self.progress = False  # the stream's sender was heard since the requester last looked
+        self.heard_at = math.nan  # when the requester last found it heard (nan: not yet)
 
     def __len__(self) -> int:
         return len(self.gaps)

@@ -10,8 +10,9 @@ that is still owed again every HOLD_RENEW_S), so the history still has them when
 comes however fast it moves on and however slowly the consumer gets there; so is
 what was sent before the receiver joined (late join), from its first look. After
 ``max_requests`` with nothing of that stream arriving in between, no repair, no DATA,
-no repeated END (a sender gone or unreachable), a gap is given up: a sender that still
-sends is answering, however long its repairs wait for its rate limit. Requests are
+no repeated END, for ``SENDER_SILENT_S`` at least (a sender gone or unreachable), a gap
+is given up: a sender that still sends, or lingers after END, is answering, however long
+its repairs wait for its rate limit. Requests are
 multicast feedback (REPAIR) like NAKs. No clock, no randomness of its own: ``now`` and
 ``rng`` come in.
 """
@@ -28,6 +29,7 @@ from ..wire.codec import MAX_RANGES, Repair
 from .gaps import DROPPED, DROPPED_OWN, JOINED, LOST, OWN_KINDS, GapList
 from .history import HOLD_RENEW_S
 from .seqtrack import SequenceTracker
+from .tail import END_REPEAT_MAX_S
 
 #: A stream's own drops are asked to be held at most this often, s: a queue that
 #: overflows drops message by message, and one hold frame per look would flood the
@@ -42,6 +44,14 @@ HOLD_EVERY_S = 0.01
 #: receiver taking 5 a second) is still owed them at the end, and a sender's pin without
 #: renewal ended and said GONE (beyond_history).
 HELD_KINDS = (DROPPED, DROPPED_OWN, JOINED)
+#: A gap is given up only once its sender has not been heard for this long, s, however
+#: many tries went unanswered: a sender that lingers after END for this receiver says so
+#: no more often than every END_REPEAT_MAX_S (its END repeated while it awaits receipts),
+#: so this is two of those missed and a late one's margin. Ten tries 0.1 s apart raced
+#: that repeat: in the epgm chaos round a slow receiver's repairs waited behind the late
+#: joiners' in the sender's queue, and it gave up on 37-49 of its own drops of a stream
+#: whose sender still lingered for it (2 rounds of 4).
+SENDER_SILENT_S = 2.5 * END_REPEAT_MAX_S
 
 
 class RepairRequester:
@@ -199,10 +209,13 @@ class RepairRequester:
         # no try (counted, the one message ran out of tries and was given up).
         starved = not (room or ended) or free <= 0
         keepalive = starved and now - self._kept_alive_at >= self.retry_s
+        if gaps.progress or math.isnan(gaps.heard_at):
+            gaps.heard_at = now
         if gaps.progress:  # the sender is answering or still sends (repairs wait for
             gaps.progress = False  # its rate limit): tries count only while nothing comes
             for g in gaps:
                 g.tries = min(g.tries, 1)
+        silent = now - gaps.heard_at >= SENDER_SILENT_S
         ranges: list[tuple[int, int, bool]] = []
         next_due = math.inf
         for g in list(gaps):
@@ -224,7 +237,7 @@ class RepairRequester:
                     rest.due = now + self.retry_s / 4
                     next_due = min(next_due, rest.due)
                 free -= g.hi - g.lo
-            if g.tries >= cfg.max_requests and not kept:
+            if g.tries >= cfg.max_requests and silent and not kept:
                 gaps.give_up(g)
                 self.given_up += g.hi - g.lo
                 continue
