@@ -277,9 +277,7 @@ class Round:
         proxy = FeedbackProxy(self.rx_feedback, self.fb_down, bind=self.transport == "tcp",
                               drop=0.1, delay_s=0.03, seed=self.seed)
         ctx = zmq.Context.instance()
-        garbage = ctx.socket(zmq.PUB)
-        for uri in self.data.split(","):
-            garbage.connect(uri)
+        garbage, _ = open_pub(ctx, self.data.split(","), bind=False)  # at nakflow's rate
         self.t0 = time.monotonic()
         for slot in range(3):
             self.start_receiver(slot)
