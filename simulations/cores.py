@@ -71,6 +71,7 @@ class SimLink:
         self.overheard: list[deque[tuple[int, bytes]]] = [deque() for _ in range(n)]
         self.to_senders: deque[tuple[int, int, bytes]] = deque()  # (due step, rx, frame)
         self.in_flight_drops = [0] * n
+        self.link_drops = [0] * n  # DATA and RDATA frames the link's loss took from each
         self._prefixes = [target_prefix(rx.receiver_id) for rx in self.receivers]
 
     @property
@@ -134,12 +135,13 @@ class SimLink:
         for buf in tx.frames_to_send():
             only = self._target(buf)  # a repair for one receiver alone: its topic
             lossy = buf[2 + (0 if only is None else len(only))] in DATA_TYPES
-            if lossy and self.shared_loss and rng.random() < self.shared_loss:
-                continue
+            shared = lossy and self.shared_loss and rng.random() < self.shared_loss
             for i, half in enumerate(self.half):
                 if (only is not None and only != self._prefixes[i]) or self.gone[i]:
                     continue  # ZeroMQ's SUB filters it out there, or no one is there
-                if not (lossy and self.data_loss and rng.random() < self.data_loss):
+                if shared or (lossy and self.data_loss and rng.random() < self.data_loss):
+                    self.link_drops[i] += 1
+                else:
                     self.inbound[i].append((k + half, buf))
 
     @staticmethod
@@ -280,6 +282,7 @@ def _result(p: CoreSimParams, mode: str, tx: SenderCore, rxs: list[ReceiverCore]
                      "delivered": len(seen[i]), "duplicated": sum(seen[i].values())
                      - len(seen[i]), "goodput_msgs": round(len(seen[i]) / p.duration_s, 1),
                      "queue_drops": rx.dropped, "in_flight_drops": link.in_flight_drops[i],
+                     "link_drops": link.link_drops[i],
                      "repaired": tot["repaired"], "lost": tot["lost"],
                      "dropped_unrepaired": tot["dropped"],
                      "beyond_history": tot["beyond_history"],

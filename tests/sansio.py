@@ -37,6 +37,7 @@ class Outcome:
     first_hand: int
     given_up: int
     steps: int
+    link_drops: int  # DATA and RDATA frames the link lost on the way
 
 
 def run_link(link: Link, *, messages: int, batch: int, capacity_msgs: int,
@@ -54,4 +55,4 @@ def run_link(link: Link, *, messages: int, batch: int, capacity_msgs: int,
                    dropped=r["dropped_unrepaired"], beyond_history=r["beyond_history"],
                    queued=r["queued"], missed_before_join=r["missed_before_join"],
                    first_hand=r["delivered"] + r["duplicated"] - r["repaired"],
-                   given_up=r["given_up"], steps=out["steps"])
+                   given_up=r["given_up"], steps=out["steps"], link_drops=r["link_drops"])

@@ -345,7 +345,10 @@ def test_every_message_is_delivered_once_or_reported(seed, loss, batch):
     assert out.lost + out.dropped == out.given_up and out.beyond_history == 0, out
     if loss <= 0.1:
         assert out.given_up == 0, out
-    assert out.repaired > 0 or loss == 0
+    # repair really ran wherever the link lost a frame (at 1 % a run of 286 frames of 7
+    # loses none 6 % of the time: 'loss == 0' failed so, seed 331, at 50x the budget)
+    assert out.repaired > 0 or out.link_drops == 0, out
+    assert out.link_drops == 0 or loss > 0
 
 
 def test_what_the_history_no_longer_holds_is_reported_beyond_history():
