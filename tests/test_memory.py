@@ -232,8 +232,14 @@ def test_soak_at_80_percent_of_the_slow_receiver_rss_flat_nothing_lost() -> None
         base = sampler.median_between(name, warm - 5, warm)
         end = sorted(sampler.last(name, 5))[2]
         growth[name] = (base, end, round(end / base - 1, 4))
+    # the series, a tenth of the soak apart: a plateau is bounded tables filling, a slope
+    # to the end is a leak (the 10-minute soak grew 2.5-3.5 % by its end, 2026-11-27)
+    step = SOAK_S / 10
+    series = {name: [round(sampler.median_between(name, warm + i * step - 5, warm + i * step))
+                     for i in range(int((SOAK_S - warm) // step) + 1)] for name in pids}
     print({"soak_s": SOAK_S, "sent": {m: (t["sent"], t["rate_msgs"]) for m, t in tx.items()},
            "rss_kib (after warm-up, at end, growth)": growth,
+           f"rss_kib every {step:.0f} s from {warm:.0f} s": series,
            "receivers": {m: {r["receiver_id"]: (r["delivered"], r["dropped"], r["lost"],
                                                 r["queue_peak"]) for r in rs}
                          for m, rs in reports.items()}})
