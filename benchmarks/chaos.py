@@ -366,6 +366,10 @@ def check(rnd: Round) -> tuple[dict[str, Any], list[str], list[str]]:
         runs = [s for s in rnd.past_senders if s.name == sender and s.wall <= epoch / 1000 + 0.5]
         return max(runs, key=lambda s: s.wall).started if runs else None
 
+    def up_through(rx: Incarnation, tx: Incarnation) -> bool:
+        """``rx`` was up from a second before ``tx`` started until it ended."""
+        return rx.started <= tx.started - 1.0 and (rx.ended or 1e9) >= (tx.ended or 0.0)
+
     for rx in reported:
         assert rx.report is not None and rx.deliveries is not None
         row["malformed"] += rx.report["malformed"]
@@ -402,8 +406,7 @@ def check(rnd: Round) -> tuple[dict[str, Any], list[str], list[str]]:
             missing = st["dropped"] + st["lost"] + st["beyond_history"]
             if missing and key in finished:
                 tx = finished[key][0]
-                if (tx.ended is not None and rx.started <= tx.started - 1.0
-                        and (rx.ended or 1e9) >= tx.ended):
+                if up_through(rx, tx):
                     row["finished_short"] += 1
                     said = next((f"{a['status']} ({a['why']})" for a in
                                  (tx.report or {}).get("at_close") or []
@@ -416,8 +419,7 @@ def check(rnd: Round) -> tuple[dict[str, Any], list[str], list[str]]:
                     and t_start is not None and rx.started <= t_start - 1.0):
                 bad.append(f"{where}: ack lost {st['lost']} and dropped {st['dropped']}")
         for key, (tx, _) in finished.items():
-            alive_through = rx.started <= tx.started - 1.0 and (rx.ended or 1e9) >= tx.ended
-            if alive_through and key not in heard:
+            if up_through(rx, tx) and key not in heard:
                 sent = tx.report["sent"] if tx.report else "?"
                 bad.append(f"{rx.name}: never reports {key[0]}/{key[1]} ({sent} sent, "
                            f"t={tx.started:.2f}-{tx.ended:.2f} s), though it was up all "
