@@ -62,9 +62,7 @@ class Sender:
         feedback_proxy: the feedback endpoints are a proxy's that forwards every
             receiver's feedback, not one per receiver: ``data`` and ``feedback`` need not
             pair (over tcp/ipc they must otherwise: one of each per receiver, in order).
-            A proxy of your own that publishes over epgm should open its sockets with
-            ``transports.open_pub`` / ``open_sub``: at ZeroMQ's default ``ZMQ_RATE`` (100
-            kbit/s) a bare PUB held the chaos run's feedback back for seconds.
+            A proxy of your own over epgm: docs/known-limits.md (its sockets' rate).
 
     Raises:
         ConfigError, transports.EndpointError: bad arguments (endpoint lists that do not
