@@ -24,13 +24,15 @@ from nakflow import (
     SenderConfig,
     SenderCore,
 )
+from nakflow.core.framer import Framer
 from nakflow.core.history import SendHistory
 from nakflow.core.repair import SENDER_SILENT_S, RepairRequester
-from nakflow.core.repair_server import RepairServer
+from nakflow.core.repair_server import REPAIR_CHUNK_MSGS, RepairServer
 from nakflow.core.seqtrack import SequenceTracker
 from nakflow.core.tail import END_REPEAT_MAX_S
+from nakflow.policy.registry import NoFlow
 from nakflow.wire import Data, Gone, Hello, Nak, RData, Repair, decode, encode
-from nakflow.wire.codec import SIGNAL_CODES, decode_data
+from nakflow.wire.codec import SIGNAL_CODES, decode_data, target_prefix, untarget
 from tests.fuzz import budget
 from tests.sansio import Link, run_link
 
@@ -624,3 +626,32 @@ def test_what_the_repair_queue_had_no_room_for_is_queued_when_asked_again():
     assert server.pending == 20
     assert [(sl.seq, len(sl.payloads), to) for sl, to in server.take(20, now=1.1)] == [
         (0, 10, None), (10, 10, None)]
+
+
+def test_repairs_take_turns_so_a_few_do_not_wait_behind_thousands():
+    """Each audience has a queue of its own and they are served a chunk each in turn: a
+    receiver that lost 45 messages gets them after one chunk of another's 5,000, not
+    after all of them (a late joiner's or a paused receiver's catch-up; in a chaos run a
+    slow receiver's 45 waited behind two restarted receivers' thousands); what everyone
+    lost takes its turn too."""
+    server = RepairServer(cfg(resend_window_s=0.05))
+    for seq in range(0, 6_000, 100):
+        server.history.add(seq, 0.0, [b"x"] * 100, 100, now=0.0)
+    framer = Framer(stream="s", sender_id="p", epoch=1, mode="nak", mac=None,
+                    wall_offset=0.0, max_frame_bytes=1 << 20, history=server.history)
+    policy = NoFlow(max_rate_msgs=10_000.0)  # repairs for one receiver: 10,000 msgs/s
+    server.on_request(Repair("s", "a", "p", 1, ((0, 5_000),), 0.0, to_me=True), now=1.0)
+    server.on_request(Repair("s", "b", "p", 1, ((5_900, 5_945),), 0.0, to_me=True), now=1.0)
+    server.on_request(Repair("s", "c", "p", 1, ((5_000, 5_010),), 0.0), now=1.0)
+    got: list[tuple[str, int]] = []  # (for whom, messages), in the order they left
+    now = 1.0
+    while server.pending and now < 3.0:  # bounded: 5,055 at 10,000 msgs/s take 0.5 s
+        for buf in server.serve(policy, framer, now):
+            who = next((r for r in "ab" if buf.startswith(target_prefix(r))), "everyone")
+            got.append((who, len(decode(untarget(buf)).payloads)))
+        now = round(now + 0.001, 3)
+    assert server.pending == 0 and sum(n for _, n in got) == 5_055
+    before_b = sum(n for who, n in got[:[w for w, _ in got].index("b")] if who == "a")
+    assert before_b <= REPAIR_CHUNK_MSGS  # one turn of a's, not all 5,000
+    assert [w for w, _ in got].index("everyone") < 3
+    assert sum(n for who, n in got if who == "b") == 45

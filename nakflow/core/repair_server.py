@@ -6,7 +6,11 @@ its target prefix, within a budget of its own on top of new data
 (``RepairConfig.share_alone`` of the rate limit; ``share`` over multicast, where it
 crosses everyone's link), so a receiver catching up after a pause (tens of thousands of
 messages asked for) never starves the others' new data. The core serves
-them on its timer, in chunks of at most REPAIR_CHUNK_MSGS.
+them on its timer, in chunks of at most REPAIR_CHUNK_MSGS, taking turns: each audience
+(everyone, or one receiver) has a queue of its own, and the audiences are served a chunk
+each in turn, so a receiver that lost a few messages is not kept waiting behind one that
+asks for thousands (a late joiner, a receiver back from a pause), as a switch's fair
+queueing keeps a small flow from waiting behind a large one.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ REPAIR_CHUNK_MSGS = 256  # repairs admitted per look, at most
 #: While repairs wait for the policy, the core looks again this often, s (waiting for
 #: feedback instead held W1's batched NAK repairs to about 5,000 msgs/s).
 REPAIR_POLL_S = 0.001
+_NONE: Any = object()  # no audience (None is everyone's)
 
 
 class RepairServer:
@@ -37,7 +42,9 @@ class RepairServer:
         # filters it out after it crossed the link): then it takes ``share``
         self._share_of_rate = config.share if multicast else config.share_alone
         self.history = SendHistory(config)
-        self._queue: deque[tuple[Slice, str | None]] = deque()  # (slice, for whom)
+        #: what is asked for, by audience (None: everyone; else the receiver alone), in
+        #: the order the audiences take turns: the one served last goes to the end
+        self._queues: dict[str | None, deque[Slice]] = {}
         self._budget = TokenBucket(1.0, burst_s=0.005)
         self.targeted = 0  # messages re-sent to one receiver alone
         self.pending = 0  # messages asked for and not yet re-sent
@@ -70,39 +77,45 @@ class RepairServer:
         target = frame.receiver if frame.to_me else None
         slices, gone = self.history.lookup(frame.ranges, now=now, who=target or "",
                                            limit=max(0, self.config.history_msgs - self.pending))
-        for sl in slices:
-            self._queue.append((sl, target))
-            self.pending += len(sl.payloads)
+        if slices:
+            queue = self._queues.get(target)
+            if queue is None:
+                queue = self._queues[target] = deque()
+            queue.extend(slices)
+            self.pending += sum(len(sl.payloads) for sl in slices)
         if self.pending:
             self.due_at = min(self.due_at, now)
         return gone
 
     def serve(self, policy: SenderFlow, framer: Framer, now: float) -> list[bytes]:
-        """RDATA for as many queued repairs as their budget allows now, in order: a repair
-        for everyone loads every receiver as new data does, and goes through the policy
-        (ahead of new data); one for a receiver alone goes within ``share`` of the rate,
-        on top of it. Looks again in REPAIR_POLL_S while any wait."""
+        """RDATA for as many queued repairs as their budget allows now, a chunk per
+        audience in turn: a repair for everyone loads every receiver as new data does,
+        and goes through the policy (ahead of new data); one for a receiver alone goes
+        within ``share`` of the rate, on top of it. An audience whose budget is spent
+        waits and the others go on. Looks again in REPAIR_POLL_S while any wait."""
         out: list[bytes] = []
-        while self._queue:
-            shared = self._queue[0][1] is None
-            want = min(self._run(), REPAIR_CHUNK_MSGS)
-            k = (policy.admit_up_to(want, now=now) if shared
+        spent: set[bool] = set()  # the budgets found empty now (True: everyone's)
+        while True:
+            target = next((t for t in self._queues if (t is None) not in spent), _NONE)
+            if target is _NONE:
+                break
+            want = self._run(target)
+            k = (policy.admit_up_to(want, now=now) if target is None
                  else self._share(policy, now).take_up_to(want, now=now))
             if not k:
-                break
-            out += [framer.rdata(sl, now, to=target) for sl, target in self.take(k, now=now)]
+                spent.add(target is None)
+                continue
+            out += [framer.rdata(sl, now, to=to) for sl, to in self.take(k, now=now, who=target)]
         self.due_at = now + REPAIR_POLL_S if self.pending else math.inf
         return out
 
-    def _run(self) -> int:
-        """Messages at the head of the queue for the same audience."""
-        target, n = self._queue[0][1], 0
-        for sl, t in self._queue:
-            if t != target:
-                break
+    def _run(self, target: str | None) -> int:
+        """Messages queued for ``target``, up to REPAIR_CHUNK_MSGS (its turn's most)."""
+        n = 0
+        for sl in self._queues[target]:
             n += len(sl.payloads)
             if n >= REPAIR_CHUNK_MSGS:
-                break
+                return REPAIR_CHUNK_MSGS
         return n
 
     def _share(self, policy: SenderFlow, now: float) -> TokenBucket:
@@ -112,23 +125,31 @@ class RepairServer:
             budget.set_rate(rate * self._share_of_rate, now=now)
         return budget
 
-    def take(self, k: int, *, now: float) -> list[tuple[Slice, str | None]]:
-        """Up to ``k`` queued messages, as slices and for whom (a slice is cut where ``k``
-        ends)."""
+    def take(self, k: int, *, now: float, who: Any = _NONE) -> list[tuple[Slice, str | None]]:
+        """Up to ``k`` messages queued for ``who`` (by default the audience whose turn it
+        is), as slices and for whom (a slice is cut where ``k`` ends); that audience's
+        turn is over: it goes to the end of the line."""
+        queues = self._queues
+        if who is _NONE:
+            if not queues:
+                return []
+            who = next(iter(queues))
+        q = queues.pop(who)
         out: list[tuple[Slice, str | None]] = []
-        q = self._queue
         while k and q:
-            sl, target = q.popleft()
+            sl = q.popleft()
             n = len(sl.payloads)
             if n > k:  # send part now, the rest when admitted
-                q.appendleft((Slice(sl.seq + k, sl.ts, sl.payloads[k:]), target))
+                q.appendleft(Slice(sl.seq + k, sl.ts, sl.payloads[k:]))
                 sl, n = Slice(sl.seq, sl.ts, sl.payloads[:k]), k
             k -= n
             self.pending -= n
-            self.history.mark_sent(sl.seq, now=now, who=target or "")
-            if target is not None:
+            self.history.mark_sent(sl.seq, now=now, who=who or "")
+            if who is not None:
                 self.targeted += n
-            out.append((sl, target))
+            out.append((sl, who))
+        if q:
+            queues[who] = q  # the end of the line
         self.frames += len(out)
         return out
 
