@@ -489,9 +489,11 @@ def w8_run(mode: str, n: int, size: int) -> tuple[float, float, dict[str, Any]]:
     mids = [mid_run_rate(r["timeline"]["t"], r["timeline"]["delivered"], n) for r in rs]
     mid = min((m for m in mids if m is not None), default=0.0)
     start = (s.get("policy") or {}).get("start") or {}
+    tl, t0 = s["timeline"], s.get("first_data_s") or 0.0
     return rate, mid, {
         "send_rate": round(s["rate_msgs"]), "delivered_rate": round(rate),
         "mid_rate": round(mid),
+        "sent_0.1s": round(float(np.interp(t0 + W8_FIRST_S, tl["t"], tl["sent"]))),
         "start": (f"{start['ended']} {start['ended_s']:.2f}s" if start.get("ended")
                   and start.get("ended_s") is not None else "-"),
         "cuts": s["cuts"],
@@ -503,6 +505,9 @@ def w8_run(mode: str, n: int, size: int) -> tuple[float, float, dict[str, Any]]:
         "missing": sum(n - r["delivered"] for r in rs)}
 
 
+#: W8's ``sent_0.1s``: what the sender sent this long after its first DATA frame, s (the
+#: start's cost: its window grows from 16 messages, where credit lets 10,000 go at once).
+W8_FIRST_S = 0.1
 #: W8's long run: this many times its count.
 W8_LONG = 7
 #: W8's pairs of runs per setting (``--w8-repeats``; --smoke: 1).

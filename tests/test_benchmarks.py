@@ -54,6 +54,7 @@ def test_benchmark_suite_smoke(tmp_path):
     for ack, nak, median in zip(*[iter(results["W8"])] * 3, strict=True):
         assert ack["x_ack"] == 1.0 and median["x_ack"] == nak["x_ack"]
         assert nak["start"] != "-" and ack["start"] == "-" and nak["tx_cpu_us"] > 0
+        assert all(0 < r["sent_0.1s"] <= r["count"] for r in (ack, nak))  # the start's cost
     assert all(r["missing"] == 0 for r in results["W7"] if r["peer"] != "nakflow none")
     w2 = {r["peer"]: r for r in results["W2"]}
     for peer in ("zmq NODROP", "nakflow ack"):  # lossless by construction
