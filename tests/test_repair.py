@@ -621,10 +621,10 @@ def test_what_the_repair_queue_had_no_room_for_is_queued_when_asked_again():
     server.on_request(Repair("s", "a", "p", 1, ((0, 20),), 0.0, to_me=True), now=1.0)
     assert server.pending == 20  # the history's worth: nothing more fits
     assert server.on_request(ask, now=1.0) == [] and server.pending == 20
-    assert sum(len(sl.payloads) for sl, _ in server.take(20, now=1.0)) == 20
+    assert sum(len(sl.payloads) for sl, _ in server.take(20, now=1.0, who="a")) == 20
     server.on_request(ask, now=1.1)  # asked again, with room
     assert server.pending == 20
-    assert [(sl.seq, len(sl.payloads), to) for sl, to in server.take(20, now=1.1)] == [
+    assert [(sl.seq, len(sl.payloads), to) for sl, to in server.take(20, now=1.1, who=None)] == [
         (0, 10, None), (10, 10, None)]
 
 

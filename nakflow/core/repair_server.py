@@ -30,7 +30,6 @@ REPAIR_CHUNK_MSGS = 256  # repairs admitted per look, at most
 #: While repairs wait for the policy, the core looks again this often, s (waiting for
 #: feedback instead held W1's batched NAK repairs to about 5,000 msgs/s).
 REPAIR_POLL_S = 0.001
-_NONE: Any = object()  # no audience (None is everyone's)
 
 
 class RepairServer:
@@ -95,10 +94,8 @@ class RepairServer:
         waits and the others go on. Looks again in REPAIR_POLL_S while any wait."""
         out: list[bytes] = []
         spent: set[bool] = set()  # the budgets found empty now (True: everyone's)
-        while True:
-            target = next((t for t in self._queues if (t is None) not in spent), _NONE)
-            if target is _NONE:
-                break
+        while ready := [t for t in self._queues if (t is None) not in spent]:
+            target = ready[0]  # the first in line whose budget may have room
             want = self._run(target)
             k = (policy.admit_up_to(want, now=now) if target is None
                  else self._share(policy, now).take_up_to(want, now=now))
@@ -125,15 +122,11 @@ class RepairServer:
             budget.set_rate(rate * self._share_of_rate, now=now)
         return budget
 
-    def take(self, k: int, *, now: float, who: Any = _NONE) -> list[tuple[Slice, str | None]]:
-        """Up to ``k`` messages queued for ``who`` (by default the audience whose turn it
-        is), as slices and for whom (a slice is cut where ``k`` ends); that audience's
-        turn is over: it goes to the end of the line."""
+    def take(self, k: int, *, now: float, who: str | None) -> list[tuple[Slice, str | None]]:
+        """Up to ``k`` messages queued for ``who`` (None: everyone), as slices and for whom
+        (a slice is cut where ``k`` ends); its turn is over: it goes to the end of the
+        line."""
         queues = self._queues
-        if who is _NONE:
-            if not queues:
-                return []
-            who = next(iter(queues))
         q = queues.pop(who)
         out: list[tuple[Slice, str | None]] = []
         while k and q:
