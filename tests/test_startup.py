@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from nakflow import NakConfig, SenderConfig, SenderCore
-from nakflow.policy import delay_rise, startup
+from nakflow.policy import delay_rise, start_rounds, startup
 from nakflow.policy.progress import REPORT_S, ProgressReporter
 from nakflow.policy.registry import NakFlow
 from nakflow.policy.startup import RESTART_WINDOW_MSGS, SILENT_S, STALL_S, SlowStart
@@ -92,7 +92,7 @@ def test_a_queue_another_sender_filled_first_holds_the_start_below_the_ramps_rou
     st = SlowStart(16, max_rate_msgs=1e6, ramp=(5_000.0, 1.25, 0.05))
     st.set_rtt(0.002)
     _peak, dropped, seq = _slow_queue(st, depth=20.0, backlog=True)
-    assert st.most_room["slow"] <= 1  # it never had room for more than 1
+    assert st.reports.most_room["slow"] <= 1  # it never had room for more than 1
     assert dropped == 0 and st.sent <= seq + 16
 
 
@@ -112,7 +112,7 @@ def test_what_arrives_in_a_queue_with_room_is_not_the_rate_the_limit_starts_at()
         taken = min(5, depth + arrived)
         seq, depth = seq + arrived, depth + arrived - taken
         st.on_progress("a", seq, max(0, 800 - depth), 0.0005, t)
-    assert st.why == "full" and st.bws[-2] == pytest.approx(30_000)  # the link's rate
+    assert st.why == "full" and st.rounds.bws[-2] == pytest.approx(30_000)  # the link's rate
     assert st.delivery_rate == pytest.approx(5_000)
     assert st.outcome(1_000.0) == (pytest.approx(startup.DRAIN * 5_000), pytest.approx(5_000),
                                    False)  # the queue drains below its consumer's rate
@@ -153,12 +153,12 @@ def test_a_rate_from_a_message_or_two_a_round_is_a_guess_and_the_limit_ramps_on(
     for why in ("full", "delay"):
         st = SlowStart(16, max_rate_msgs=1e5)
         st.done, st.why = True, why
-        st.bws, st.round_msgs = [60.0, 55.0, 59.0], [1, 1, 1]
-        assert not st.measured
+        st.rounds.bws, st.rounds.msgs = [60.0, 55.0, 59.0], [1, 1, 1]
+        assert not st.rounds.measured
         rate, plateau, ramp = st.outcome(5_000.0)
         assert ramp and rate == plateau == pytest.approx(60.0 if why == "delay" else 58.0)
-        st.round_msgs = [1, 1, startup.FULL_MIN_MSGS]
-        assert st.measured
+        st.rounds.msgs = [1, 1, startup.FULL_MIN_MSGS]
+        assert st.rounds.measured
         rate, plateau, ramp = st.outcome(5_000.0)
         assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
 
@@ -205,7 +205,7 @@ def _delayed(delay_at, until: float = 1.0) -> SlowStart:
 
 
 def test_a_delay_rise_that_lasts_ends_the_start_below_the_rate_it_delivered(monkeypatch):
-    monkeypatch.setattr(startup, "FULL_ROUNDS", 10**6)
+    monkeypatch.setattr(start_rounds, "FULL_ROUNDS", 10**6)
     st = _delayed(lambda t: 0.001 if t < 0.015 else 0.030)
     # the rise is seen within the round after it (>= 8 reports), then slower growth for
     # CSS_ROUNDS rounds or CSS_MAX_S before it ends the start
@@ -227,7 +227,7 @@ def test_a_delay_rise_that_lasts_ends_the_start_below_the_rate_it_delivered(monk
 def test_a_delay_rise_that_falls_back_is_spurious_and_the_start_goes_on(monkeypatch):
     """A receiver descheduled for 25 ms: its delay rises, then falls below what it rose
     to; the start goes on growing at full speed (HyStart++'s CSS)."""
-    monkeypatch.setattr(startup, "FULL_ROUNDS", 10**6)
+    monkeypatch.setattr(start_rounds, "FULL_ROUNDS", 10**6)
     st = _delayed(lambda t: 0.030 if 0.015 <= t < 0.040 else 0.0005, until=0.2)
     assert not st.done and st.rise.spurious == 1 and st.rise.css_rounds is None
     assert st.rise_at is not None and 0.015 < st.rise_at < 0.045  # it was a sign all the same
@@ -333,7 +333,7 @@ def test_after_a_delay_rise_the_rate_is_the_bottlenecks_not_a_token_buckets_burs
             del queue[:k]
             seq += k
             st.on_progress("rx", seq, 2_000, 0.0005 + t - last, t)
-    assert st.why == "delay" and max(st.bws) > 3_000  # a round measured the burst
+    assert st.why == "delay" and max(st.rounds.bws) > 3_000  # a round measured the burst
     assert st.delivery_rate == pytest.approx(1_000, rel=0.1)
     assert st.outcome(5_000.0)[0] == pytest.approx(startup.DRAIN * st.delivery_rate)
 
@@ -353,8 +353,8 @@ def test_a_frame_read_and_not_yet_taken_is_no_consumers_rate():
         if i == 4:  # the last round's frame is read, all but 4 of it not yet taken
             room = 2_000 - (grown - 4)
         st.on_progress("rx", seq, room, 0.001, t)
-    assert st.took[-1] == pytest.approx(4 / 0.011) and st.bws[-1] > 20_000
-    assert not st.filling and st.delivery_rate == st.bws[-1]
+    assert st.rounds.took[-1] == pytest.approx(4 / 0.011) and st.rounds.bws[-1] > 20_000
+    assert not st.filling and st.delivery_rate == st.rounds.bws[-1]
     st.on_progress("rx", seq, 1_400, 0.001, t + 0.001)  # now a quarter full: it holds
     assert st.filling
 
@@ -513,8 +513,8 @@ def test_a_delay_rise_with_nothing_confirmed_after_it_starts_at_what_the_start_c
     rise is 0, and the limit went on at start_rate_msgs, 5,000 msgs/s into a queue of
     39 (68 dropped in 13 ms). What the whole start confirmed stands instead."""
     st = SlowStart(16, max_rate_msgs=1e6)
-    st.t0, st.acked, st.sent, st.rounds = 0.0, 16, 16, 2
-    st.bws, st.round_msgs = [800.0, 400.0], [8, 8]
+    st.t0, st.acked, st.sent, st.rounds.count = 0.0, 16, 16, 2
+    st.rounds.bws, st.rounds.msgs = [800.0, 400.0], [8, 8]
     st._css_from = (1, 0.02, 16)  # the rise: after round 1, 16 confirmed by then
     st.end("delay", 0.07)
     assert st.delivery_rate == pytest.approx(16 / 0.07)

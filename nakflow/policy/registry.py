@@ -230,12 +230,12 @@ class NakFlow(SenderFlow):
             if sent is not None and sent > rate:  # (a long path's: 29,657 msgs/s sent at
                 # 104,100, consumers taking 50,000). Not above what a backlogged consumer
                 # said it takes
-                rate = plateau = min(sent, min(st.take.values(), default=sent))
+                rate = plateau = min(sent, min(st.reports.take.values(), default=sent))
         if again is not None:  # not below where it was: the start looked for more
             rate, plateau = max(rate, again), max(plateau, again)
         ctl.begin(rate, plateau, now=now, ramp=ramp)
-        if st.most_room:  # the smallest queue bounds how fast the limit probes later
-            ctl.set_probe_room(min(st.most_room.values()))
+        if st.reports.most_room:  # the smallest queue bounds how fast the limit probes later
+            ctl.set_probe_room(min(st.reports.most_room.values()))
         self.bucket.set_rate(ctl.rate(now=now), now=now)
         report = st.snapshot(self.t0)
         report["limit_from"], report["ramps_on"] = round(rate, 1), ramp  # what came of it
@@ -386,7 +386,7 @@ class NakFlow(SenderFlow):
         st = self.start
         if st is None:
             return self.controller.validated_rate(now=now)
-        bw = st.delivery_rate if st.measured else 0.0
+        bw = st.delivery_rate if st.rounds.measured else 0.0
         peak = self.controller.sent_peak
         if bw > 0 and peak is not None:
             bw = min(bw, peak)

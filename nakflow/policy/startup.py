@@ -60,19 +60,12 @@ import math
 from typing import Any
 
 from .delay_rise import CSS_DIVISOR, DELAY_SAMPLES, ROUND_MIN_S, DelayRise
+from .start_reports import MAX_RECEIVERS, StartReports
+from .start_rounds import FULL_MIN_MSGS, FULL_ROUNDS, StartRounds
 
-__all__ = ["DRAIN", "MAX_S", "RESTART_WINDOW_MSGS", "SILENT_S", "STALL_S", "UNFILLED_GAIN",
-           "SlowStart"]
+__all__ = ["DRAIN", "FULL_MIN_MSGS", "FULL_ROUNDS", "MAX_RECEIVERS", "MAX_S",
+           "RESTART_WINDOW_MSGS", "SILENT_S", "STALL_S", "UNFILLED_GAIN", "SlowStart"]
 
-#: Rounds without 1.25x growth (window-limited), or not filled, that end the start.
-FULL_ROUNDS = 3
-FULL_GROWTH = 1.25
-#: A full pipe's or a delay rise's rate is measured over at least this many messages in
-#: the last FULL_ROUNDS rounds; over fewer it is a guess, and the limit ramps on from it
-#: (two tasks starting at once on ``nakflow eval``'s slow receiver, 1-2 messages a 10 ms
-#: round: one ended on a full pipe at 58 of its 78 msgs/s share and stayed near it for
-#: 2 s; another on a delay rise at 40 and took 4.3 s for its 198 messages).
-FULL_MIN_MSGS = 8
 #: No confirmation for this long ends the start, s (a dead receiver, or no answer).
 STALL_S = 0.1
 STALL_RTTS = 3.0
@@ -90,8 +83,6 @@ DRAIN = 0.9
 #: 47,646 msgs/s on loopback, and its limit held it below what it sent later (100,000-
 #: 120,000) for 0.3 s of a 2.9 s run.
 UNFILLED_GAIN = 2.0
-#: A queue that took at least this share of what arrived in the last rounds kept up.
-KEPT_UP = 0.9
 #: The window is at most this many seconds of max_rate_msgs.
 MAX_WINDOW_S = 1.0
 #: On a path whose RTT is at least PACE_MIN_RTT_S, the window goes out paced at
@@ -106,16 +97,39 @@ PACE_BURST_S = 0.005
 #: its mark (``nakflow eval``'s last task: 16 at once into a queue of 17 of 39; it then
 #: waited 0.1 s for room, ended on that stall and climbed from its old half share).
 RESTART_WINDOW_MSGS = 2
-#: Receivers a start follows at most (PROGRESS from more is ignored: bounded whatever
-#: ids arrive).
-MAX_RECEIVERS = 4096
+
+
+class StartPacer:
+    """The start's pacing on a long path (``PACE_MIN_RTT_S`` or more): a token bucket
+    filled at the rate ``allow`` is given (``PACE_GAIN`` x window / RTT), holding
+    ``PACE_BURST_S`` of it (16 messages at least); ``tokens`` is what may go now."""
+
+    def __init__(self, tokens: float) -> None:
+        self.tokens = float(tokens)
+        self._t = 0.0  # when it was last filled
+        self._rate = 0.0  # msgs/s, the last rate given
+
+    def allow(self, k: int, rate: float, now: float) -> int:
+        """Fill at ``rate`` up to ``now``; ``k`` or as many whole tokens as there are."""
+        self._rate = rate
+        self.tokens = min(self.tokens + rate * max(0.0, now - self._t),
+                          max(16.0, rate * PACE_BURST_S))
+        self._t = now
+        return min(k, int(self.tokens))
+
+    def wait(self) -> float:
+        """How long until a whole token is there, s (inf: one is, or no rate given)."""
+        if self._rate <= 0 or self.tokens >= 1:
+            return math.inf
+        return (1.0 - self.tokens) / self._rate
 
 
 class SlowStart:
     """The sender's side: ``allowance`` says how many more may go now; ``on_sent`` /
     ``unsend`` count what went; ``on_progress`` takes a receiver's PROGRESS; ``check``
     ends it on time. ``done`` once over, ``why`` says why, ``outcome`` what the rate limit
-    starts at."""
+    starts at. What the receivers said is in ``reports`` (``StartReports``), what each
+    round confirmed in ``rounds`` (``StartRounds``), the delay exit in ``rise``."""
 
     def __init__(self, window_msgs: int, *, max_rate_msgs: float,
                  ramp: tuple[float, float, float] | None = None, base: int = 0) -> None:
@@ -127,14 +141,10 @@ class SlowStart:
         self.ramp = ramp
         self.max_window = max(float(window_msgs), max_rate_msgs * MAX_WINDOW_S)
         self.sent = base  # admitted so far (data and repairs for everyone)
-        self._tokens, self._pace_t = float(window_msgs), 0.0  # pacing (PACE_MIN_RTT_S)
-        self._pace_rate = 0.0
-        self.pos: dict[str, int] = {}  # receiver -> its reported next seq
-        self.acked = base  # the least of pos (base before any report)
-        self.room: dict[str, int] = {}  # receiver -> the seq its queue has room up to
-        self.most_room: dict[str, int] = {}  # receiver -> the most room it reported
-        self.take: dict[str, float] = {}  # receiver -> its consumer's rate (a backlog)
-        self.credit = math.inf  # the least of room
+        self.pacer = StartPacer(window_msgs)
+        self.reports = StartReports()
+        self.acked = base  # the least reported position (base before any report)
+        self.rounds = StartRounds(base)
         self.done = False
         self.why: str | None = None
         self.t0: float | None = None  # first admission
@@ -142,24 +152,6 @@ class SlowStart:
         self.ended_sent: int | None = None  # what was sent (admitted) by its end
         self.rtt_s: float | None = None
         self._last_move: float | None = None  # when ``acked`` last moved (or t0)
-        # rounds
-        self.rounds = 0
-        self._round_end = base
-        self._round_t = 0.0
-        self._round_acked = base
-        self._limited = False  # the window held the sender back this round
-        self._roomed = False  # ... and the receivers' room, not the window, held it
-        self.room_rounds = 0  # the last rounds in a row the room held the sender back
-        self.bws: list[float] = []  # the delivery rate of each round, msgs/s
-        self.round_msgs: list[int] = []  # ... and what it confirmed
-        #: how fast the credit (the least seq a queue has room up to) grew in each round,
-        #: msgs/s: what the slowest queue's consumer took, where ``bws`` is what arrived
-        #: (a queue with room takes a burst far above its consumer's rate)
-        self.took: list[float] = []
-        self._round_credit = math.inf
-        self._full_bw = 0.0
-        self._full_count = 0
-        self._unfilled = 0
         self.rise = DelayRise()
         #: when a delay rise was first seen (the start's first signal of a queue on the
         #: path: its growth slows from then, CSS), what had been sent by then, and what
@@ -172,11 +164,16 @@ class SlowStart:
         #: with a queue on it: its bottleneck's rate)
         self._css_from: tuple[int, float, int] | None = None
 
+    def _begin(self, now: float) -> None:
+        if self.t0 is None:
+            self.t0 = self._last_move = now
+            self.rounds.begin(now)
+
     # -- the sender's questions -----------------------------------------------------------
     def allowance(self, now: float) -> int:
         """How many more may be admitted at ``now`` (within the window)."""
-        if self.t0 is None:
-            self.t0 = self._last_move = self._round_t = now
+        self._begin(now)
+        assert self.t0 is not None
         cwnd, floor = self.cwnd, 0.0
         if self.ramp is not None and self.rtt_s:
             rate, factor, step = self.ramp
@@ -192,22 +189,16 @@ class SlowStart:
         # is below half of that), and once its consumer is measured it reports a backlog
         # (two fresh senders to that queue and two more after them: 183 and 247 dropped
         # in two traced runs)
-        if floor and (self.take or any(2 * (self.room[r] - self.pos[r]) < max(most, 1)
-                                       for r, most in self.most_room.items())):
+        if floor and self.reports.short():
             floor = 0.0  # a backlog, no room, or room below half the most it reported
-        k = int(max(min(self.acked + cwnd, self.credit), self.acked + floor)) - self.sent
+        credit = self.reports.credit
+        k = int(max(min(self.acked + cwnd, credit), self.acked + floor)) - self.sent
         if k <= 0:
-            self._limited = True
-            if self.credit < self.acked + cwnd:
-                self._roomed = True
+            self.rounds.held(roomed=credit < self.acked + cwnd)
             return 0
         rtt = self.rtt_s
         if rtt is not None and rtt >= PACE_MIN_RTT_S:
-            rate = self._pace_rate = PACE_GAIN * cwnd / rtt
-            self._tokens = min(self._tokens + rate * max(0.0, now - self._pace_t),
-                               max(16.0, rate * PACE_BURST_S))
-            self._pace_t = now
-            k = min(k, int(self._tokens))
+            k = self.pacer.allow(k, PACE_GAIN * cwnd / rtt, now)
         return k
 
     def frame_msgs(self) -> int:
@@ -220,17 +211,15 @@ class SlowStart:
     def pace_wait(self) -> float:
         """After ``allowance`` said 0 for want of pacing (not of the window): how long until
         one more may go, s (inf: the window, not the pace, holds it back)."""
-        if self._limited or self._pace_rate <= 0 or self._tokens >= 1:
-            return math.inf
-        return (1.0 - self._tokens) / self._pace_rate
+        return math.inf if self.rounds.limited else self.pacer.wait()
 
     def on_sent(self, n: int) -> None:
         self.sent += n
-        self._tokens -= n
+        self.pacer.tokens -= n
 
     def unsend(self, n: int) -> None:
         self.sent = max(self.acked, self.sent - n)
-        self._tokens += n
+        self.pacer.tokens += n
 
     def deadline(self) -> float | None:
         """When ``check`` should next run (None: not started, or over)."""
@@ -242,7 +231,7 @@ class SlowStart:
     @property
     def stall_s(self) -> float:
         """How long without a confirmation ends the start, s."""
-        return max(STALL_S if self.pos else SILENT_S, STALL_RTTS * (self.rtt_s or 0.0))
+        return max(STALL_S if self.reports.pos else SILENT_S, STALL_RTTS * (self.rtt_s or 0.0))
 
     def check(self, now: float) -> bool:
         """End the start if it stalled or ran out of time; True if it ended now."""
@@ -253,7 +242,7 @@ class SlowStart:
         if now >= self.rise.deadline():
             return self.end("delay", now)
         if now >= self._last_move + self.stall_s:
-            return self.end("stall" if self.pos else "silent", now)
+            return self.end("stall" if self.reports.pos else "silent", now)
         return False
 
     # -- the receivers' word ---------------------------------------------------------------
@@ -262,27 +251,16 @@ class SlowStart:
         """A receiver's PROGRESS; True if it ended the start."""
         if self.done:
             return False
-        if self.t0 is None:
-            self.t0 = self._last_move = self._round_t = now
-        pos = self.pos
-        before = pos.get(receiver)
-        if before is None and len(pos) >= MAX_RECEIVERS:
+        self._begin(now)
+        reports = self.reports
+        credit = reports.credit
+        said = reports.report(receiver, next_seq, room, rate, self.sent)
+        if said is None:
             return False
-        moved = before is None or next_seq > before
-        suspect, covered = False, 0
-        if moved:
-            pos[receiver] = min(next_seq, self.sent)
-            covered = pos[receiver] - (before or 0)
-            suspect = self.rise.suspect(receiver, delay)
-        credit = self.credit
-        self.room[receiver] = pos[receiver] + room
-        self.most_room[receiver] = max(room, self.most_room.get(receiver, 0))
-        if rate > 0:
-            self.take[receiver] = rate
-        else:
-            self.take.pop(receiver, None)
-        self.credit = min(self.room.values())
-        least = min(pos.values())
+        moved, covered = said
+        suspect = moved and self.rise.suspect(receiver, delay)
+        least = reports.least()
+        assert least is not None
         if least > self.acked:
             grow: float = least - self.acked
             if self.rise.css_rounds is not None or suspect:
@@ -290,20 +268,19 @@ class SlowStart:
             self.cwnd = min(self.cwnd + grow, self.max_window)
             self.acked = least
             self._last_move = now
-        elif self.credit > credit:
+        elif reports.credit > credit:
             self._last_move = now  # a queue made room: no stall
         if moved:
             ended = self.rise.sample(receiver, delay, now, covered)
             if self.rise.css_rounds is None:
                 self._css_from = None  # spurious: it fell back
             elif self._css_from is None:
-                self._css_from = (self.rounds, now, self.acked)
+                self._css_from = (self.rounds.count, now, self.acked)
                 if self.rise_at is None:
                     self.rise_at, self.rise_sent, self.rise_acked = now, self.sent, self.acked
             if ended:
                 return self.end("delay", now)
-        if (self.acked >= self._round_end and self.acked > self._round_acked
-                and now - self._round_t >= max(ROUND_MIN_S, self.rtt_s or 0.0)):
+        if self.rounds.due(self.acked, now, max(ROUND_MIN_S, self.rtt_s or 0.0)):
             return self._round_over(now)
         return False
 
@@ -316,7 +293,7 @@ class SlowStart:
         fresh senders to a queue of 39 whose consumer took 156 msgs/s went on at the
         866-1,871 msgs/s their first 16-19 messages arrived at, and it dropped 55-137 of
         their 400 (all repaired)."""
-        room = self.room.get(receiver)
+        room = self.reports.room.get(receiver)
         return (room is not None and room < self.acked + self.cwnd
                 and self.sent <= room + self.frame_msgs())  # what its room let through
 
@@ -326,21 +303,17 @@ class SlowStart:
         PROGRESS does. A sender whose start another's traffic ended before it had sent a
         message measured nothing, and went on at ``start_rate_msgs``: 5,000 msgs/s into a
         queue of 39 whose consumer took 78 from each sender, 172 dropped in 0.1 s."""
-        if rate > 0 and not self.done and (receiver in self.take
-                                           or len(self.take) < MAX_RECEIVERS):
-            self.take[receiver] = min(rate, self.take.get(receiver, rate))
+        if rate > 0 and not self.done:
+            self.reports.said_rate(receiver, rate)
         return self.end("nak", now)
 
     def on_gone(self, receiver: str) -> None:
         """``receiver`` left (BYE): the window no longer waits for it."""
-        self.pos.pop(receiver, None)
-        self.room.pop(receiver, None)
-        self.most_room.pop(receiver, None)
-        self.take.pop(receiver, None)
+        self.reports.gone(receiver)
         self.rise.forget(receiver)
-        self.credit = min(self.room.values(), default=math.inf)
-        if self.pos:
-            self.acked = max(self.acked, min(self.pos.values()))
+        least = self.reports.least()
+        if least is not None:
+            self.acked = max(self.acked, least)
 
     def set_rtt(self, rtt_s: float) -> None:
         """An RTT measured (HELLO answers): the least is kept, the path's own; a later one
@@ -349,31 +322,12 @@ class SlowStart:
             self.rtt_s = self.rise.rtt_s = rtt_s
 
     def _round_over(self, now: float) -> bool:
-        span = now - self._round_t
-        if span > 0:
-            bw = (self.acked - self._round_acked) / span
-            self.bws.append(bw)
-            self.round_msgs.append(self.acked - self._round_acked)
-            if self._round_credit < math.inf and self.credit < math.inf:
-                self.took.append(max(0.0, self.credit - self._round_credit) / span)
-            if self._limited:
-                self._unfilled = 0
-                if bw >= self._full_bw * FULL_GROWTH:
-                    self._full_bw, self._full_count = bw, 0
-                else:
-                    self._full_count += 1
-            else:
-                self._unfilled += 1
-        self.rounds += 1
-        self._round_end, self._round_t, self._round_acked = self.sent, now, self.acked
-        self._round_credit = self.credit
-        self.room_rounds = self.room_rounds + 1 if self._roomed else 0
-        self._limited = self._roomed = False
+        self.rounds.close(now, acked=self.acked, sent=self.sent, credit=self.reports.credit)
         if self.rise.on_round():
             return self.end("delay", now)
-        if self._full_count >= FULL_ROUNDS:
+        if self.rounds.pipe_full:
             return self.end("full", now)
-        if self._unfilled >= FULL_ROUNDS:
+        if self.rounds.unfilled:
             return self.end("unfilled", now)
         return False
 
@@ -397,14 +351,13 @@ class SlowStart:
         a queue is ``filling``, no more than the slowest queue took in those rounds (what
         arrived in a queue with room is no rate its consumer keeps up with); nor than its
         consumer with a backlog takes."""
-        bws = self.bws[-FULL_ROUNDS:]
+        rounds, take = self.rounds, self.reports.take
         css = self._css_from if self.why == "delay" else None
-        if css is not None:  # the rounds begun since the rise
-            bws = self.bws[css[0] + 1:][-FULL_ROUNDS:]
+        bws = rounds.recent(None if css is None else css[0])  # after a rise: since it
         bw = 0.0
         if bws:  # flat after a full pipe: their mean; else still growing: the last
             bw = sum(bws) / len(bws) if self.why == "full" else max(bws)
-            took = self.took[-FULL_ROUNDS:]
+            took = rounds.recent_took()
             if took and self.filling:
                 bw = min(bw, max(took))
         elif (css is not None and self.ended_at is not None and self.ended_at > css[1]
@@ -415,8 +368,8 @@ class SlowStart:
             # no room, so nothing sent): what the whole start confirmed, not 0, whose
             # limit went on at start_rate_msgs (5,000 msgs/s into a queue of 39: 68 dropped)
             bw = (self.acked - self.base) / (self.ended_at - self.t0)
-        if self.take:
-            bw = min(bw, min(self.take.values())) if bw else min(self.take.values())
+        if take:
+            bw = min(bw, min(take.values())) if bw else min(take.values())
         return bw
 
     @property
@@ -425,14 +378,7 @@ class SlowStart:
         its room's edge moved is its consumer's rate, not a frame read and not yet taken
         (the lab's 8 Mbit/s link brings 44 at once; a start that ended a round later
         took 132 msgs/s for that consumer's rate, and the run went at 722)."""
-        return any(4 * (edge - self.pos[r]) < 3 * self.most_room[r]
-                   for r, edge in self.room.items())
-
-    @property
-    def measured(self) -> bool:
-        """The last FULL_ROUNDS rounds confirmed FULL_MIN_MSGS at least: their rate is
-        a measurement, not a guess from a message or two a round."""
-        return sum(self.round_msgs[-FULL_ROUNDS:]) >= FULL_MIN_MSGS
+        return self.reports.filling
 
     @property
     def room_held(self) -> bool:
@@ -442,9 +388,7 @@ class SlowStart:
         A slow consumer's queue held at its mark takes what arrives too, the window being
         its room (a consumer of 5,000 msgs/s, its queue 10-15 short of its mark of 800:
         the limit ramped on from 4,951 and three NAKs cut it back)."""
-        bws, took = self.bws[-FULL_ROUNDS:], self.took[-FULL_ROUNDS:]
-        return (self.room_rounds >= FULL_ROUNDS and bool(bws) and bool(took)
-                and max(took) >= KEPT_UP * sum(bws) / len(bws) and not self.filling)
+        return self.rounds.kept_up() and not self.filling
 
     def outcome(self, start_rate: float) -> tuple[float, float, bool]:
         """(the rate the limit starts at, the plateau it heads for, whether it ramps on
@@ -459,20 +403,20 @@ class SlowStart:
             return start_rate, start_rate, True
         if self.why == "nak":  # the NAK cuts it next
             return bw, bw, False
-        if self.why in ("delay", "full") and not self.measured:  # a message or two a
-            return bw, bw, True  # round is no rate: ramp on from it, as before the start
+        if self.why in ("delay", "full") and not self.rounds.measured:  # a message or two
+            return bw, bw, True  # a round is no rate: ramp on from it, as before the start
         if self.why == "full" and self.room_held:  # no pipe was full: the queues' room
             return bw, bw, True  # held the window, and they kept up: ramp on as before
         if self.why in ("delay", "full", "stall"):
             return bw * DRAIN, bw, False
-        if self.why == "unfilled" and not self.take and not self.filling:
+        if self.why == "unfilled" and not self.reports.take and not self.filling:
             return bw * UNFILLED_GAIN, bw * UNFILLED_GAIN, True  # it measured the sender
         return bw, bw, True  # time, or unfilled at a consumer's rate (a backlog, a filling queue)
 
     def snapshot(self, t0: float) -> dict[str, Any]:
-        return {"ended": self.why, "rounds": self.rounds, "window": int(self.cwnd),
+        return {"ended": self.why, "rounds": self.rounds.count, "window": int(self.cwnd),
                 "delivery_rate": round(self.delivery_rate, 1),
-                "receivers": len(self.pos), "sent": self.ended_sent,
+                "receivers": len(self.reports.pos), "sent": self.ended_sent,
                 "spurious_delay_rises": self.rise.spurious,
                 "max_delay_rise_ms": round(self.rise.max_rise * 1000, 3),
                 "ended_s": None if self.ended_at is None else round(self.ended_at - t0, 6),
