@@ -16,11 +16,11 @@ twin's when
   ``make setup`` rebuilds it).
 
 A hot module must not hold module-level state that changes (a registry, a cache): the
-twin runs the module's body again and would hold its own copy (``nakflow.policy.rate_memory`` is
-where such state lives). The compiled classes keep the pure module's name
-(``__module__``), so pickles name ``nakflow.wire.codec.Data`` whichever runs. Spark's
-shipped bundle carries only the ``.py`` files: executors run the pure Python unless
-nakflow is installed there with its twins.
+twin runs the module's body again and would hold its own copy (such state lives in
+``nakflow.policy.rate_memory`` and ``nakflow.policy.mode_tables``). The compiled classes
+keep the pure module's name (``__module__``), so pickles name ``nakflow.wire.codec.Data``
+whichever runs. Spark's shipped bundle carries only the ``.py`` files: executors run the
+pure Python unless nakflow is installed there with its twins.
 """
 
 from __future__ import annotations

@@ -53,6 +53,39 @@ def test_setup_compiled_every_hot_module():
     assert nakflow.core.seqtrack.SequenceTracker.__module__ == "nakflow.core.seqtrack"  # pickles
 
 
+def test_a_mode_registered_is_the_one_the_public_tables_show_and_the_cores_build():
+    """``register`` replaces a mode's pair in the tables ``nakflow.policies`` shows, and
+    ``make_sender_flow`` / ``make_receiver_flow`` build from the same tables, compiled or
+    not. The tables lived in ``policy.registry``, whose compiled twin ran the module's
+    body again and held tables of its own: ``register`` changed the twin's, and
+    ``nakflow.policies.SENDER_POLICIES`` still showed the old factory (an assignment to
+    it changed nothing at all)."""
+    from nakflow import policies
+    from nakflow.policy import registry
+
+    old_s, old_r = policies.SENDER_POLICIES["none"], policies.RECEIVER_POLICIES["none"]
+    built: list[str] = []
+
+    def sender(**kw: object) -> object:
+        built.append("sender")
+        return old_s(**kw)
+
+    def receiver(**kw: object) -> object:
+        built.append("receiver")
+        return old_r(**kw)
+
+    policies.register("none", sender, receiver)
+    try:
+        assert policies.SENDER_POLICIES["none"] is sender
+        assert registry.RECEIVER_POLICIES["none"] is receiver
+        policies.make_sender_flow("none", stream="s", sender="a", epoch=1)
+        policies.make_receiver_flow("none", stream="s", receiver="r", capacity_msgs=10)
+        assert built == ["sender", "receiver"]
+    finally:
+        policies.register("none", old_s, old_r)
+    assert policies.SENDER_POLICIES["none"] is old_s
+
+
 def test_compiled_and_pure_give_identical_results():
     outs = {}
     for pure in (False, True):

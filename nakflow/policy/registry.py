@@ -31,6 +31,7 @@ from .fill import (
     Uniform,
     backoff_delay,
 )
+from .mode_tables import RECEIVER_POLICIES, SENDER_POLICIES
 from .rate import NakRateController, recovery_bound_s
 from .signals import NEWS, NOT_NEWS, PAUSE
 from .startup import RESTART_WINDOW_MSGS, STALL_S, SlowStart
@@ -519,10 +520,7 @@ def _no_sender(*, stream: str, sender: str, epoch: int, nak: NakConfig | None,
 
 SenderFactory = Callable[..., SenderFlow]
 ReceiverFactory = Callable[..., "ReceiverFlow"]
-#: mode name -> how to build its sender-side / receiver-side policy.
-SENDER_POLICIES: dict[str, SenderFactory] = {"nak": _nak_sender, "ack": _ack_sender,
-                                             "none": _no_sender}
-RECEIVER_POLICIES: dict[str, ReceiverFactory] = {}
+SENDER_POLICIES.update({"nak": _nak_sender, "ack": _ack_sender, "none": _no_sender})
 
 
 def make_sender_flow(mode: str, *, stream: str, sender: str, epoch: int,
