@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nakflow import ConfigError, NakConfig
+from nakflow.policy.fill import holdoff_s
 from nakflow.policy.rate import PROBE_ROOM_SHARE, probe_rate, probe_step, recovery_bound_s
 from nakflow.policy.registry import NakRateController
 
@@ -211,12 +212,14 @@ def test_a_probe_grows_no_faster_than_half_the_smallest_room_takes_per_reaction(
         # what the probe adds while a NAK is on its way (react; a growth every ``per``
         # steps, so floor(react / growth) + 1 growths at most in that time), over react,
         # fills no more than PROBE_ROOM_SHARE of the room
-        react = rtt + cfg.backoff_s + cfg.window_s
+        react = rtt + holdoff_s(cfg, rtt)  # a round trip and the hold-off: a queue NAKs at once
         span = (math.floor(react / (per * cfg.step_s)) + 1) * per  # steps they take
         added = max(b - a for a, b in zip(rates, rates[span:], strict=False))
         assert added * react <= PROBE_ROOM_SHARE * room * (1 + 1e-9)
     slow, fast = probing(0.05, 800), probing(0.0002, 4_000)
-    assert slow[5] < 1.5 * 20_000 < fast[5]
+    assert slow[5] - slow[4] == pytest.approx(probe_step(cfg, 0.05, 1, 800))  # by the step
+    assert fast[5] == pytest.approx(fast[0] * cfg.probe_factor ** 5)  # by probe_factor
+    assert slow[5] < 0.6 * fast[5]
     assert fast[1] == pytest.approx(fast[0] * cfg.probe_factor)  # geometric at first
     assert probe_rate(cfg, 0.05, 40, 20_000.0, 0.0, 20_000.0, None) is None  # no room known
     # in the controller: the room the start reported lets it probe

@@ -24,6 +24,14 @@ class Uniform(Protocol):
     def random(self) -> float: ...
 
 
+def holdoff_s(cfg: NakConfig, rtt_s: float) -> float:
+    """The most a due NAK waits before it goes (the FillMonitor's hold-off), s:
+    ``backoff_s``, stretched to ``backoff_rtts`` x ``rtt_s``, short of ``window_s``."""
+    if cfg.backoff_s <= 0:
+        return 0.0
+    return min(max(cfg.backoff_s, cfg.backoff_rtts * rtt_s), MAX_BACKOFF_WINDOWS * cfg.window_s)
+
+
 def backoff_delay(u: float, backoff_s: float) -> float:
     """The hold-off for a uniform draw ``u``: inverse CDF of the truncated exponential."""
     return backoff_s / BACKOFF_LAMBDA * math.log1p(u * _BACKOFF_SPAN)
@@ -85,9 +93,7 @@ class FillMonitor:
         stretch the hold-off with it."""
         cfg = self.config
         self.rtt_s = max(0.0, rtt_s)
-        self._backoff_s = (min(max(cfg.backoff_s, cfg.backoff_rtts * self.rtt_s),
-                               MAX_BACKOFF_WINDOWS * cfg.window_s)
-                           if cfg.backoff_s > 0 else 0.0)
+        self._backoff_s = holdoff_s(cfg, self.rtt_s)
 
     @property
     def held_level(self) -> int | None:

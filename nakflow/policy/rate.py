@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from ..config import NakConfig
+from .fill import holdoff_s
 
 
 def _cbrt(x: float) -> float:
@@ -52,14 +53,17 @@ PROBE_ROOM_SHARE = 0.5
 
 def probe_step(cfg: NakConfig, rtt_s: float, per: int, room: float) -> float:
     """The most a probe grows the limit by at once, msgs/s: ``PROBE_ROOM_SHARE`` of
-    ``room`` (msgs) over the time a NAK takes to act (``react``: the receiver's NAK
-    window and hold-off, a round trip), divided among the growths that time holds too
-    (``per`` steps apart). On loopback (queues of 10,000: room 4,000; RTT 0.2-17 ms)
-    10,000-15,000 msgs/s a step; over 50 ms to queues of 2,000 (room 800): 1,100 a
-    step, where ``probe_factor`` alone grew a 20,000 msgs/s limit by 5,000 and
-    overflowed them (simulated, 12x the drops)."""
+    ``room`` (msgs) over the time a NAK takes to act (``react``: a round trip and the
+    receiver's hold-off; a queue NAKs as soon as it reaches a level, ``FillMonitor``),
+    divided among the growths that time holds too (``per`` steps apart). On loopback
+    (queues of 10,000: room 4,000) 163,000 msgs/s a step at 0.2 ms, 48,000 at 17 ms;
+    over 50 ms to queues of 2,000 (room 800) 3,000 a step, where ``probe_factor`` alone
+    grew a 20,000 msgs/s limit by 5,000 and overflowed them (simulated, 12x the drops).
+    Until 2026-11-28 ``react`` held the NAK window too (50 ms): 10,000-15,000 msgs/s a
+    step on loopback, and a start that measured 170,000 msgs/s on two shared cores took
+    0.5 s to probe up to the 300,000 its receivers took."""
     grow_s = per * cfg.step_s
-    react = rtt_s + cfg.backoff_s + cfg.window_s
+    react = rtt_s + holdoff_s(cfg, rtt_s)
     return PROBE_ROOM_SHARE * max(room, 1.0) / (react * (1.0 + react / grow_s))
 
 
