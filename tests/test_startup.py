@@ -157,7 +157,7 @@ def test_a_rate_from_a_message_or_two_a_round_is_a_guess_and_the_limit_ramps_on(
         assert not st.rounds.measured
         rate, plateau, ramp = st.outcome(5_000.0)
         assert ramp and rate == plateau == pytest.approx(60.0 if why == "delay" else 58.0)
-        st.rounds.msgs = [1, 1, startup.FULL_MIN_MSGS]
+        st.rounds.msgs = [1, 1, start_rounds.FULL_MIN_MSGS]
         assert st.rounds.measured
         rate, plateau, ramp = st.outcome(5_000.0)
         assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)

@@ -48,7 +48,7 @@ receiver's queue has room for (ACK's credit):
   sender itself: ``unfilled``) where nothing limited the sender, or only the receivers' room
   while their queues kept up (``room_held``: a long path over short queues, none of
   them filling), or, after a delay rise or a full pipe, the last rounds confirmed fewer
-  than ``FULL_MIN_MSGS`` (``measured``: no rate, a guess).
+  than ``start_rounds.FULL_MIN_MSGS`` (``measured``: no rate, a guess).
 
 Receivers say nothing after the start: a healthy receiver's feedback is its first round
 trips' PROGRESS and nothing more. Sans-I/O: every call takes ``now``.
@@ -60,11 +60,11 @@ import math
 from typing import Any
 
 from .delay_rise import CSS_DIVISOR, DELAY_SAMPLES, ROUND_MIN_S, DelayRise
-from .start_reports import MAX_RECEIVERS, StartReports
-from .start_rounds import FULL_MIN_MSGS, FULL_ROUNDS, StartRounds
+from .start_reports import StartReports
+from .start_rounds import StartRounds
 
-__all__ = ["DRAIN", "FULL_MIN_MSGS", "FULL_ROUNDS", "MAX_RECEIVERS", "MAX_S",
-           "RESTART_WINDOW_MSGS", "SILENT_S", "STALL_S", "UNFILLED_GAIN", "SlowStart"]
+__all__ = ["DRAIN", "MAX_S", "RESTART_WINDOW_MSGS", "SILENT_S", "STALL_S", "UNFILLED_GAIN",
+           "SlowStart", "StartPacer"]
 
 #: No confirmation for this long ends the start, s (a dead receiver, or no answer).
 STALL_S = 0.1
