@@ -71,6 +71,12 @@ class NakConfig:
     #: initial_rate_msgs (the start needs revision 5 receivers; older ones leave it after
     #: its first window and a stall, ``startup.STALL_S``).
     start_window_msgs: int | None = 16
+    #: ... or, where every receiver that answered the sender's HELLO said its queue's
+    #: room (wire revision 6), up to this many bytes of the first message's size (its
+    #: payload and ``startup.MSG_OVERHEAD_BYTES``) and half the least room, if that is
+    #: more: 16 KB is ~140 messages of 100 B and the same 16 of 1 KB (TCP's first window
+    #: is ten segments, 14.6 KB, RFC 6928). None: ``start_window_msgs`` always.
+    start_window_bytes: int | None = 16_384
     #: ... or every this many round trips once the sender has measured the RTT, if that
     #: is shorter than step_s (None, the default: always step_s). 10 on loopback or a LAN
     #: (RTT <= 1 ms) grows every 10 ms instead of every 50 ms: from 5,000 to 500,000
@@ -188,6 +194,8 @@ class NakConfig:
             raise ConfigError("ramp_min_step_s must be > 0 and <= step_s")
         if self.start_window_msgs is not None and not 1 <= self.start_window_msgs <= 1 << 20:
             raise ConfigError("start_window_msgs must be None or 1..1048576")
+        if self.start_window_bytes is not None and not 1 <= self.start_window_bytes <= 1 << 30:
+            raise ConfigError("start_window_bytes must be None or 1..1073741824")
         if self.probe_after_s is not None and not self.probe_after_s >= self.quiet_s:
             raise ConfigError("probe_after_s must be None or >= quiet_s")
         for name in ("window_s", "step_s", "cubic_c", "burst_s", "quiet_s"):

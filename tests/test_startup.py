@@ -4,16 +4,17 @@ real cores (the simulator's driver, ``simulations.cores``) and on the wire."""
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
-from nakflow import NakConfig, SenderConfig, SenderCore
+from nakflow import NakConfig, ReceiverConfig, ReceiverCore, SenderConfig, SenderCore
 from nakflow.policy import delay_rise, start_rounds, startup
 from nakflow.policy.progress import REPORT_S, ProgressReporter
 from nakflow.policy.registry import NakFlow
 from nakflow.policy.startup import RESTART_WINDOW_MSGS, SILENT_S, STALL_S, SlowStart
 from nakflow.wire import Data, Hello, Nak, Progress, Receipt, decode, decode_data, encode
-from simulations.cores import CoreSimParams, simulate_cores
+from simulations.cores import CoreSimParams, SimLink, simulate_cores
 
 
 def test_progress_and_a_starting_data_frame_round_trip_and_plain_data_is_unchanged():
@@ -41,6 +42,63 @@ def test_the_window_doubles_a_round_trip_and_stops_at_a_receivers_room():
     assert st.allowance(0.004) == 0  # b holds the window back
     st.on_progress("b", 48, 4, 0.001, 0.005)  # caught up, with room for 4 more only
     assert st.acked == 48 and st.cwnd == 64 and st.allowance(0.005) == 4
+
+
+def _first_window(size: int, capacities: tuple[int, ...], *, older: int = 0,
+                  **nak: object) -> tuple[int, dict[str, object]]:
+    """A sender waits for receivers of these queue bounds (and ``older`` more answer its
+    HELLO as a receiver of revision 5 does, without their room), then offers messages of
+    ``size`` bytes: how many it admits before it waits (its first window), and its start's
+    report once that ended."""
+    tx = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="tx", epoch=1,
+                                 nak=NakConfig(**nak)), now=0.0)  # type: ignore[arg-type]
+    rxs = [ReceiverCore(ReceiverConfig(mode="nak", stream="s", receiver_id=f"r{i}",
+                                       capacity_msgs=cap), now=0.0, rng=random.Random(i))
+           for i, cap in enumerate(capacities)]
+    link = SimLink([tx], rxs, rng=random.Random(1))
+    tx.want_receivers(len(rxs), 0.0)
+    while tx.receivers_ready() < len(rxs):
+        assert link.now < 0.1, "the receivers did not answer HELLO"
+        link.step()
+    for i in range(older):  # a receiver of revision 5 answers without its room
+        tx.receive_feedback(encode(Hello("s", f"old{i}", "receiver", "nak", 0, 0, "tx",
+                                         link.now, receipts=True)), link.now)
+    tx.want_receivers(0, link.now)
+    window, payload = 0, bytes(size)
+    while tx.offer(payload, link.now) == 0.0:
+        window += 1
+    for _ in range(500):  # the start runs to its end; nothing is lost meanwhile
+        tx.flush(link.now)
+        link.step()
+        for q in link.queues:
+            q.take(1 << 20, 0)
+        while not tx.policy.starting and tx.offer(payload, link.now) == 0.0 and tx.sent < 5e4:
+            pass
+        if not tx.policy.starting:
+            break
+    return window, tx.snapshot(link.now)["policy"]["start"]
+
+
+def test_the_first_window_is_16_kb_within_half_the_room_the_receivers_hello_said():
+    """A receiver's HELLO answer says its room (wire revision 6): a sender that heard
+    every receiver's sends its first window as 16 KB of its first message's size (16
+    messages of 1 KB, as before; 141 of 100 B), within half the least room (two senders
+    starting together fill no queue past the share a start may), and never less than
+    ``start_window_msgs``. Where a receiver did not say (an older one), or the option is
+    off, the window in messages."""
+    room = int(10_000 * 0.4)
+    assert _first_window(100, (10_000, 10_000))[0] == 16_384 // (100 + startup.MSG_OVERHEAD_BYTES)
+    assert _first_window(1_000, (10_000,))[0] == 16
+    assert _first_window(100, (10_000, 500))[0] == 500 * 4 // 10 // 2  # half the least room
+    assert _first_window(100, (10_000, 50))[0] == 16  # never below start_window_msgs
+    assert _first_window(100, (10_000, 10_000), older=1)[0] == 16
+    assert _first_window(100, (10_000,), start_window_bytes=None)[0] == 16
+    assert _first_window(10, (10_000,), start_window_bytes=1 << 20)[0] == room // 2
+    window, report = _first_window(100, (10_000, 10_000, 10_000))
+    assert report["first_window"] == window == 141 and report["ended"] is not None
+    hello = Hello("s", "r1", "receiver", "nak", 0, 0, "tx", 1.0, receipts=True, room=4_000)
+    assert decode(encode(hello)) == hello
+    assert decode(encode(Hello("s", "r1", "receiver", "nak", 0, 0, "tx", 1.0))).room == 0
 
 
 def _slow_queue(st: SlowStart, *, depth: float = 0.0,

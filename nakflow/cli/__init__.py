@@ -300,6 +300,12 @@ def _send_parser(sub: Any) -> None:
                    default=None, metavar="MSGS",
                    help=f"nak: the start's first window (default {d.start_window_msgs}; 0: "
                         "no start, slow start from --nak-initial-rate)")
+    s.add_argument("--nak-start-window-bytes", dest="nak_start_window_bytes", type=_count,
+                   default=None, metavar="BYTES",
+                   help=f"nak: ... or this many bytes of the first message's size, within "
+                        f"half the least room the receivers' HELLO answers said, if that is "
+                        f"more (default {d.start_window_bytes}; 0: the window in messages "
+                        f"always)")
     s.add_argument("--nak-probe-after", dest="nak_probe_after_s", type=_non_negative,
                    default=None, metavar="S",
                    help=f"nak: after this long (and {d.probe_rtts:g} RTTs) without a NAK also "

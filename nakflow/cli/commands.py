@@ -192,6 +192,9 @@ def nak_config(args: argparse.Namespace) -> NakConfig:
     window = getattr(args, "nak_start_window_msgs", None)
     if window is not None:
         kw["start_window_msgs"] = window or None
+    window_bytes = getattr(args, "nak_start_window_bytes", None)
+    if window_bytes is not None:
+        kw["start_window_bytes"] = window_bytes or None
     if getattr(args, "nak_levels", None):
         levels = tuple(int(x) for x in args.nak_levels.split(","))
         factors = NakConfig().cut_factors

@@ -269,9 +269,10 @@ class ReceiverCore(Endpoint):
         if key not in self._hellos:
             remember(self._hellos, key, self.tracker.max_streams)
         # the answer echoes the sender's stamp: the sender measures the round trip on
-        # its own clock
+        # its own clock; and says the queue's room: a starting sender's first window
         self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0,
-                         frame.node, frame.ts, receipts=True), now)
+                         frame.node, frame.ts, receipts=True,
+                         room=max(1, self._room(now)[0])), now)
 
     def _answered(self, sender: str, epoch: int) -> None:
         """The sender of a stream with gaps is there and serving it (a repair, even one

@@ -101,6 +101,7 @@ class SenderCore(Endpoint):
                              max_frame_bytes=cfg.max_frame_bytes,
                              history=None if self.repairs is None else self.repairs.history)
         self._frame_msgs = cfg.frame_msgs  # the policy may hold frames smaller (its start)
+        self._sized = False  # the policy heard the first message's size (``size_hint``)
         self.batch = FrameBatcher(linger_s=cfg.linger_s, max_msgs=cfg.frame_msgs,
                                   max_bytes=cfg.frame_bytes, max_frame_bytes=cfg.max_frame_bytes,
                                   names_bytes=len(cfg.stream.encode()) + len(sender_id.encode()))
@@ -152,6 +153,8 @@ class SenderCore(Endpoint):
     def _offer_slow(self, payload: bytes, now: float, *, wait: bool) -> float:
         self._may_send()
         self.batch.check(payload)
+        if not self._sized:
+            self._size_hint(payload)
         adm = self.admission
         adm.give_back()
         self._serve_repairs(now)  # repairs asked for go ahead of new data
@@ -195,6 +198,8 @@ class SenderCore(Endpoint):
         self.flush(now)
         self._serve_repairs(now)
         i, n, size = start, len(payloads), 0
+        if not self._sized and start < n:
+            self._size_hint(payloads[start])
         most = self.policy.frame_msgs(MAX_BATCH_MSGS)
         while i < n and i - start < most and (size < MAX_BATCH_BYTES or i == start):
             size += len(payloads[i])
@@ -221,6 +226,11 @@ class SenderCore(Endpoint):
     def batch_offer(self, payloads: Sequence[bytes]) -> BatchOffer:
         """``payloads`` to offer as a batch (``offer_batch``), a part at a time."""
         return BatchOffer(self, payloads)
+
+    def _size_hint(self, payload: bytes) -> None:
+        """The policy learns the first message's size before admitting it."""
+        self._sized = True
+        self.policy.size_hint(len(payload))
 
     def _owed_in_full(self, now: float) -> bool:
         """The history's byte bound is full of frames kept for receivers that asked to

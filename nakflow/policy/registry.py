@@ -124,6 +124,10 @@ class SenderFlow(ABC):
         """Begin with the start (``policy.startup``), if the mode has one: only a driver
         whose receivers answer PROGRESS asks for it (the protocol cores do)."""
 
+    def size_hint(self, msg_bytes: int) -> None:  # noqa: B027 (optional hook)
+        """The size of the first message offered, bytes, before it is admitted (a start's
+        first window may be counted in bytes)."""
+
     def frame_msgs(self, most: int) -> int:
         """How many messages a DATA frame may hold now, of the configured ``most``."""
         return most
@@ -208,10 +212,17 @@ class NakFlow(SenderFlow):
         window = cfg.start_window_msgs
         if window is not None and cfg.start_rate_msgs < cfg.max_rate_msgs:
             # the first window, sent before any receiver said what it takes, is no more
-            # than the ramp's first rate sends in STALL_S (5 msgs/s: 1 message)
-            window = max(1, min(window, math.ceil(cfg.start_rate_msgs * STALL_S)))
-            self.start = SlowStart(window, max_rate_msgs=cfg.max_rate_msgs,
-                                   ramp=(cfg.start_rate_msgs, cfg.ramp_factor, cfg.step_s))
+            # than the ramp's first rate sends in STALL_S (5 msgs/s: 1 message); sized in
+            # bytes from the receivers' room only where that does not bound it
+            bound = max(1, min(window, math.ceil(cfg.start_rate_msgs * STALL_S)))
+            self.start = SlowStart(bound, max_rate_msgs=cfg.max_rate_msgs,
+                                   ramp=(cfg.start_rate_msgs, cfg.ramp_factor, cfg.step_s),
+                                   window_bytes=cfg.start_window_bytes if bound == window
+                                   else None)
+
+    def size_hint(self, msg_bytes: int) -> None:
+        if self.start is not None and not self.restarts:
+            self.start.size_hint(msg_bytes)
 
     def frame_msgs(self, most: int) -> int:
         st = self.start
@@ -343,6 +354,11 @@ class NakFlow(SenderFlow):
         return []
 
     def on_feedback(self, frame: Frame, *, now: float) -> None:
+        if type(frame) is Hello:  # a receiver's answer says its room: the first window
+            if (frame.echo and frame.role == "receiver" and frame.stream == self.stream
+                    and self.start is not None and not self.restarts):
+                self.start.on_hello(frame.node, frame.room)
+            return
         if type(frame) is Nak and frame.stream == self.stream:
             if self.start is not None and frame.signal != PAUSED:
                 if (frame.signal == QUEUE_SIGNAL and frame.level < self._top

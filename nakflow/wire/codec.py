@@ -7,7 +7,8 @@ before msgpack sees it, and msgpack bounds every container by the input size).
 
 Extending a frame: new fields go at the end, with a default (``Nak.signal`` and
 ``Nak.rate``, ``Repair.to_me`` came this way in wire revision 2, ``Hello.announce`` in
-3, ``Hello.receipts`` and ``Repair.hold`` in 4, ``Data.startup`` in 5). A decoder accepts
+3, ``Hello.receipts`` and ``Repair.hold`` in 4, ``Data.startup`` in 5, ``Hello.room`` in
+6). A decoder accepts
 a frame without them (from an older peer: the defaults apply) and ignores up to
 MAX_UNKNOWN_FIELDS trailing fields it does not know (from a newer one). ``encode`` leaves
 out trailing fields that hold their default, so a frame that uses no new field is the
@@ -35,8 +36,8 @@ VERSION = 1
 #: Revision of the frame layouts within VERSION (2: NAK carries signal and rate, REPAIR
 #: to_me; 3: a sender's HELLO may be an announcement of its last seq; 4: RECEIPT, a
 #: receiver's HELLO says it sends them, REPAIR may ask the sender to hold; 5: DATA may say
-#: the sender is starting, PROGRESS answers it).
-WIRE_REVISION = 5
+#: the sender is starting, PROGRESS answers it; 6: a receiver's HELLO says its room).
+WIRE_REVISION = 6
 #: Trailing fields a decoder does not know and skips (a newer peer's additions), at most.
 MAX_UNKNOWN_FIELDS = 8
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -118,7 +119,12 @@ class Hello:
 
     ``receipts`` (revision 4): a receiver's HELLO says that it answers every END with a
     RECEIPT, so a closing sender waits for it (one that does not say so is an older
-    receiver: nobody waits for its receipt)."""
+    receiver: nobody waits for its receipt).
+
+    ``room`` (revision 6): a receiver's answer says how many messages its queue has room
+    for (below the share a start may fill, as PROGRESS does; 1 at least), so a sender
+    sizes its start's first window before it sends (``policy.startup``); 0: not said (an
+    older receiver)."""
 
     stream: str
     node: str
@@ -130,6 +136,7 @@ class Hello:
     ts: float
     announce: bool = False
     receipts: bool = False
+    room: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,7 +424,8 @@ _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
     T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads, _uint, _bool)),
     T_NAK: (Nak, (_name, _name, _level, _fill, _ts, _signal, _rate)),
     T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
-    T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts, _bool, _bool)),
+    T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts, _bool, _bool,
+                       _uint)),
     T_BYE: (Bye, (_name, _name, _role, _uint, _ts)),
     T_END: (End, (_name, _name, _uint, _uint, _ts)),
     T_RDATA: (RData, (_name, _name, _uint, _uint, _ts, _payloads)),
