@@ -357,7 +357,7 @@ class NakFlow(SenderFlow):
         if type(frame) is Hello:  # a receiver's answer says its room: the first window
             if (frame.echo and frame.role == "receiver" and frame.stream == self.stream
                     and self.start is not None and not self.restarts):
-                self.start.on_hello(frame.node, frame.room)
+                self.start.on_hello(frame.room)
             return
         if type(frame) is Nak and frame.stream == self.stream:
             if self.start is not None and frame.signal != PAUSED:

@@ -103,8 +103,6 @@ RESTART_WINDOW_MSGS = 2
 #: A message's cost on the wire beyond its payload, for the first window in bytes: its
 #: msgpack header and its share of the frame's and the transport's headers.
 MSG_OVERHEAD_BYTES = 16
-#: The most receivers whose HELLO room the first window waits on (``start_reports``' bound).
-HELLO_ROOMS = 4096
 
 
 class StartPacer:
@@ -144,9 +142,10 @@ class SlowStart:
                  window_bytes: int | None = None) -> None:
         self.cwnd = float(window_msgs)
         #: the first window in bytes (``first_window``; None: ``window_msgs`` as given),
-        #: the receivers' room their HELLO answers said (0: not said), the first message's size
+        #: the least room the receivers' HELLO answers said (0: one did not say; None: no
+        #: answer yet), the first message's size
         self.window_bytes = window_bytes
-        self.hello_room: dict[str, int] = {}
+        self.hello_room: int | None = None
         self.msg_bytes: int | None = None
         self.first_window = window_msgs  # what it began with
         #: the seq the start begins at (0; a start again mid-stream: what was admitted)
@@ -186,12 +185,12 @@ class SlowStart:
             self._size_first_window()
 
     # -- before the first message ---------------------------------------------------------
-    def on_hello(self, receiver: str, room: int) -> None:
-        """``receiver`` answered the sender's HELLO, saying ``room`` (0: not said, an older
-        receiver); only before the first message counts."""
-        if self.t0 is None and (receiver in self.hello_room
-                                or len(self.hello_room) < HELLO_ROOMS):
-            self.hello_room[receiver] = room
+    def on_hello(self, room: int) -> None:
+        """A receiver answered the sender's HELLO, saying ``room`` (0: not said, an older
+        receiver); only before the first message counts, the least said."""
+        if self.t0 is None:
+            least = self.hello_room
+            self.hello_room = room if least is None else min(least, room)
 
     def size_hint(self, msg_bytes: int) -> None:
         """The first message's payload, bytes (before it is admitted)."""
@@ -207,10 +206,10 @@ class SlowStart:
         is 1-8 ms there, five processes on two cores) while ACK's credit let 10,000 go at
         once: NAK sent 15,000-20,000 messages of 100 B in the first 0.1 s, ACK 28,000. A
         slow link is no worse off: 16 KB is the 16 messages of 1 KB it took before."""
-        rooms, size = self.hello_room, self.msg_bytes
-        if not self.window_bytes or size is None or not rooms or 0 in rooms.values():
+        room, size = self.hello_room, self.msg_bytes
+        if not self.window_bytes or size is None or not room:
             return
-        w = min(self.window_bytes // (size + MSG_OVERHEAD_BYTES), min(rooms.values()) // 2,
+        w = min(self.window_bytes // (size + MSG_OVERHEAD_BYTES), room // 2,
                 int(self.max_window))
         if w > self.cwnd:
             self.cwnd = float(w)
