@@ -717,6 +717,28 @@ def test_a_receiver_reports_at_most_once_a_millisecond_and_stops_with_plain_data
     assert not rep.reporting and rep.next_deadline() is None
 
 
+def test_a_receiver_late_to_read_reports_the_paths_delay_not_its_own():
+    """What a frame waited while the receiver's process was late (descheduled on shared
+    cores) is no queue on the path: PROGRESS says the delay less the lateness, as the
+    fill's delay signal judges it, but never below the least delay the receiver saw of
+    the stream (a frame that came late in the lateness waited less than all of it)."""
+    rx = ReceiverCore(ReceiverConfig(mode="nak", stream="s", receiver_id="rx"), now=0.0)
+
+    def progress(seq: int, sent_at: float, now: float, late: float) -> float:
+        rx.late(late, now)
+        rx.receive_data(encode(Data("s", "tx", 1, seq, sent_at, (b"m",), 250, True)), now)
+        reports = [f for f in map(decode, rx.frames_to_send()) if isinstance(f, Progress)]
+        assert len(reports) == 1
+        return reports[0].delay
+
+    assert progress(0, 0.0, 0.002, 0.0) == pytest.approx(0.002)  # the path's own
+    assert progress(1, 0.010, 0.022, 0.008) == pytest.approx(0.004)  # 12 ms, 8 of them late
+    assert progress(2, 0.030, 0.042, 0.030) == pytest.approx(0.002)  # no lower than the least
+    assert progress(3, 0.050, 0.062, 0.0) == pytest.approx(0.012)  # on time: all the path's
+    rep = ProgressReporter("s", "rx", max_streams=4)
+    assert rep.on_data(("tx", 1), 1, 0.005, (9, 0.0), 0.0, 0.004).delay == 0.005  # the first
+
+
 def _share(flow: NakFlow, t: float, until: float, take_per_ms: float = 0.16, *,
            queue: float = 0.0, peak: list[float] | None = None) -> float:
     """Drive ``flow`` against one receiver whose consumer takes ``take_per_ms`` (160

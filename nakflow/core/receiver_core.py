@@ -217,14 +217,15 @@ class ReceiverCore(Endpoint):
         held = sig.holdups.since(now - delay)  # this process stopped since it was sent
         if held > 0:
             self._backlog = True
-        sig.delay.on_delay(sender, delay, max(self._late, held))
+        late = max(self._late, held)  # of the delay, the process's own, not the path's
+        sig.delay.on_delay(sender, delay, late)
         sig.arrival.on_frame(sender, seq + count, ts, now)
         ranges = self.tracker.on_data(sender, epoch, seq, count)
         self.flow.on_sender((sender, epoch), seq + count, now=now)
         progress = self.progress
         if startup:  # the sender is starting: it asks how far its stream got here
             report = progress.on_data((sender, epoch), seq + count, delay, self._room(now),
-                                      now)
+                                      now, late)
             if report is not None:
                 self.flow_frames += 1
                 self._send(report, now)

@@ -30,26 +30,37 @@ class ProgressReporter:
                  wall_offset: float = 0.0) -> None:
         self.stream, self.receiver, self.max_streams = stream, receiver, max_streams
         self.wall_offset = wall_offset
-        #: sender key -> [next seq, least delay since the last report, last report at,
-        #: a report is pending, last startup DATA at]
+        #: sender key -> [next seq, least path delay since the last report, last report at,
+        #: a report is pending, last startup DATA at, least delay seen]
         self._rows: dict[Key, list[Any]] = {}
         self.sent = 0
 
     def on_data(self, key: Key, next_seq: int, delay: float, room: tuple[int, float],
-                now: float) -> Progress | None:
-        """A startup DATA frame of ``key`` ending at ``next_seq``, ``delay`` s old; ``room``:
-        (the queue's room, its consumer's rate or 0)."""
+                now: float, late: float = 0.0) -> Progress | None:
+        """A startup DATA frame of ``key`` ending at ``next_seq``, ``delay`` s old, of
+        which up to ``late`` s this process was late to read it (descheduled, stopped: not
+        the path's queue); ``room``: (the queue's room, its consumer's rate or 0).
+
+        The delay reported is the path's: ``delay - late``, as the fill's delay signal
+        judges it, but never below the least delay this receiver saw of the stream (a
+        frame that came in the middle of the lateness waited less than all of it, and a
+        sample below the path's own delay would lower the least a sender compares with,
+        and make the next frames look queued). On two shared cores the receivers' I/O
+        threads ran 20-60 ms late at times, and the start read that as a path filling."""
         row = self._rows.get(key)
         if row is None:
             if len(self._rows) >= self.max_streams:
                 del self._rows[next(iter(self._rows))]
-            row = self._rows[key] = [next_seq, delay, -math.inf, True, now]
+            row = self._rows[key] = [next_seq, math.inf, -math.inf, True, now, delay]
         else:
             if next_seq > row[0]:
                 row[0] = next_seq
-            if delay < row[1]:
-                row[1] = delay
             row[3], row[4] = True, now
+        if delay < row[5]:
+            row[5] = delay
+        path = max(delay - late, row[5])
+        if path < row[1]:
+            row[1] = path
         if now - row[2] >= REPORT_S:
             return self._report(key, row, room, now)
         return None

@@ -220,8 +220,9 @@ class Progress:
     queue has ``room`` for that many more messages, its consumer takes ``rate`` msgs/s
     (0: it keeps up, its queue is short), and the least one-way delay of its frames since
     the last PROGRESS was ``delay`` s (stamp to arrival, the two clocks' offset included:
-    the sender compares a receiver's delays with each other only). At most one a
-    millisecond per sender, for the start only."""
+    the sender compares a receiver's delays with each other only; less what the
+    receiver's process was late to read them, but no less than the least it saw). At
+    most one a millisecond per sender, for the start only."""
 
     stream: str
     receiver: str
