@@ -207,10 +207,14 @@ def test_a_rate_from_a_message_or_two_a_round_is_a_guess_and_the_limit_ramps_on(
     round) gives no rate to settle under: the limit ramps on from it, as before the
     start, and the receivers' NAKs find the share. Settled there, one task sat at 58 of
     its 78 msgs/s share for 2 s, another at 40 and took 4.3 s for its 198 messages.
-    Over enough messages the rate stands, and the limit starts below it."""
+    Over enough messages the rate stands, and the limit starts below it (the slow
+    queue filling: room for 5 where it said 15)."""
     for why in ("full", "delay"):
         st = SlowStart(16, max_rate_msgs=1e5)
         st.done, st.why = True, why
+        st.reports.report("slow", 0, 15, 0.0, 0)
+        st.reports.report("slow", 0, 5, 0.0, 0)
+        assert st.filling
         st.rounds.bws, st.rounds.msgs = [60.0, 55.0, 59.0], [1, 1, 1]
         assert not st.rounds.measured
         rate, plateau, ramp = st.outcome(5_000.0)
@@ -219,6 +223,29 @@ def test_a_rate_from_a_message_or_two_a_round_is_a_guess_and_the_limit_ramps_on(
         assert st.rounds.measured
         rate, plateau, ramp = st.outcome(5_000.0)
         assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
+
+
+def test_a_full_pipe_with_nothing_queued_ramps_on_and_one_with_a_queue_settles():
+    """A full pipe where no delay rise stands, no queue is filling and none reports a
+    backlog is what the sender and its receivers get of the CPU: the limit ramps on from
+    the delivery rate. A delay rise standing (a slow link's queue), a filling queue (room
+    for 900 where it said 4,000) or a backlog (its consumer's rate): DRAIN below it."""
+    def ended(rise: bool = False, room: int = 4_000, take: float = 0.0) -> tuple:
+        st = SlowStart(16, max_rate_msgs=1e6)
+        st.done, st.why = True, "full"
+        st.rounds.bws, st.rounds.msgs = [200_000.0, 210_000.0, 205_000.0], [2_000] * 3
+        st.reports.report("rx", 0, 4_000, 0.0, 0)
+        st.reports.report("rx", 0, room, take, 0)
+        if rise:
+            st.rise.css_rounds = 1
+        return st.outcome(5_000.0)
+
+    bw = (200_000 + 210_000 + 205_000) / 3
+    assert ended() == pytest.approx((bw, bw, True))
+    for settled in (ended(rise=True), ended(room=900), ended(take=50_000.0)):
+        rate, plateau, ramp = settled
+        assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
+    assert ended(take=50_000.0)[1] == 50_000.0  # no higher than its consumer takes
 
 
 def test_a_start_the_sender_limited_ramps_on_from_twice_what_it_sent():

@@ -50,7 +50,9 @@ receiver's queue has room for (ACK's credit):
   ramping on from it (from ``UNFILLED_GAIN`` times it where the rounds measured the
   sender itself: ``unfilled``) where nothing limited the sender, or only the receivers' room
   while their queues kept up (``room_held``: a long path over short queues, none of
-  them filling), or, after a delay rise or a full pipe, the last rounds confirmed fewer
+  them filling), or a full pipe showed no queue (``nothing_queued``: no delay rise
+  standing, no queue filling, no backlog: the CPU the sender and its receivers get),
+  or, after a delay rise or a full pipe, the last rounds confirmed fewer
   than ``start_rounds.FULL_MIN_MSGS`` (``measured``: no rate, a guess).
 
 Receivers say nothing after the start: a healthy receiver's feedback is its first round
@@ -437,6 +439,18 @@ class SlowStart:
         the limit ramped on from 4,951 and three NAKs cut it back)."""
         return self.rounds.kept_up() and not self.filling
 
+    @property
+    def nothing_queued(self) -> bool:
+        """At a full pipe, nothing shows a queue: no delay rise stands (a receiver's own
+        lateness left out of its delay, what stands is the path's queue), no receiver's
+        queue is ``filling`` and none reports a backlog. What stopped growing is then what
+        the sender and its receivers get of the machine's CPU (five processes on two
+        cores), and the limit ramps on from it: settled at ``DRAIN`` below it, W8's starts
+        that ended so ran at 0.78-0.98 of ACK's pairs, the probe taking 0.2-0.5 s to reach
+        what the receivers took. A slow link's queue shows as a delay rise, a slow
+        consumer's as a filling queue."""
+        return self.rise.css_rounds is None and not self.filling and not self.reports.take
+
     def outcome(self, start_rate: float) -> tuple[float, float, bool]:
         """(the rate the limit starts at, the plateau it heads for, whether it ramps on
         from there), once ``done``: the delivery rate, ``DRAIN`` below it after a delay
@@ -452,8 +466,8 @@ class SlowStart:
             return bw, bw, False
         if self.why in ("delay", "full") and not self.rounds.measured:  # a message or two
             return bw, bw, True  # a round is no rate: ramp on from it, as before the start
-        if self.why == "full" and self.room_held:  # no pipe was full: the queues' room
-            return bw, bw, True  # held the window, and they kept up: ramp on as before
+        if self.why == "full" and (self.room_held or self.nothing_queued):  # no pipe was
+            return bw, bw, True  # full, or none that queues: ramp on as before the start
         if self.why in ("delay", "full", "stall"):
             return bw * DRAIN, bw, False
         if self.why == "unfilled" and not self.reports.take and not self.filling:
