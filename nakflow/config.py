@@ -73,7 +73,7 @@ class NakConfig:
     start_window_msgs: int | None = 16
     #: ... or, where every receiver that answered the sender's HELLO said its queue's
     #: room (wire revision 6), up to this many bytes of the first message's size (its
-    #: payload and ``startup.MSG_OVERHEAD_BYTES``) and half the least room, if that is
+    #: payload and ``first_window.MSG_OVERHEAD_BYTES``) and half the least room, if that is
     #: more: 16 KB is ~140 messages of 100 B and the same 16 of 1 KB (TCP's first window
     #: is ten segments, 14.6 KB, RFC 6928). None: ``start_window_msgs`` always.
     start_window_bytes: int | None = 16_384

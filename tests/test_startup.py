@@ -9,7 +9,7 @@ import random
 import pytest
 
 from nakflow import NakConfig, ReceiverConfig, ReceiverCore, SenderConfig, SenderCore
-from nakflow.policy import delay_rise, start_rounds, startup
+from nakflow.policy import delay_rise, first_window, start_rounds, startup
 from nakflow.policy.progress import REPORT_S, ProgressReporter
 from nakflow.policy.registry import NakFlow
 from nakflow.policy.startup import RESTART_WINDOW_MSGS, SILENT_S, STALL_S, SlowStart
@@ -87,7 +87,8 @@ def test_the_first_window_is_16_kb_within_half_the_room_the_receivers_hello_said
     ``start_window_msgs``. Where a receiver did not say (an older one), or the option is
     off, the window in messages."""
     room = int(10_000 * 0.4)
-    assert _first_window(100, (10_000, 10_000))[0] == 16_384 // (100 + startup.MSG_OVERHEAD_BYTES)
+    per = 100 + first_window.MSG_OVERHEAD_BYTES
+    assert _first_window(100, (10_000, 10_000))[0] == 16_384 // per
     assert _first_window(1_000, (10_000,))[0] == 16
     assert _first_window(100, (10_000, 500))[0] == 500 * 4 // 10 // 2  # half the least room
     assert _first_window(100, (10_000, 50))[0] == 16  # never below start_window_msgs

@@ -222,7 +222,7 @@ class NakFlow(SenderFlow):
 
     def size_hint(self, msg_bytes: int) -> None:
         if self.start is not None and not self.restarts:
-            self.start.size_hint(msg_bytes)
+            self.start.first.size_hint(msg_bytes)
 
     def frame_msgs(self, most: int) -> int:
         st = self.start
@@ -357,7 +357,7 @@ class NakFlow(SenderFlow):
         if type(frame) is Hello:  # a receiver's answer says its room: the first window
             if (frame.echo and frame.role == "receiver" and frame.stream == self.stream
                     and self.start is not None and not self.restarts):
-                self.start.on_hello(frame.room)
+                self.start.first.on_hello(frame.room)
             return
         if type(frame) is Nak and frame.stream == self.stream:
             if self.start is not None and frame.signal != PAUSED:

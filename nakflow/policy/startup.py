@@ -12,7 +12,7 @@ receiver's queue has room for (ACK's credit):
 - the window starts at ``NakConfig.start_window_msgs`` (``RESTART_WINDOW_MSGS`` when it
   starts again mid-stream, into queues that may hold a backlog), or where every receiver
   that answered the sender's HELLO said its room, at ``NakConfig.start_window_bytes`` of
-  the first message's size within half the least room, if that is more (``first_window``);
+  the first message's size within half the least room, if that is more (``FirstWindow``);
   it grows by what the
   slowest receiver confirms: it doubles each round trip (a round ends when the slowest
   receiver has everything sent when it began, and lasts ``ROUND_MIN_S`` and an RTT at
@@ -65,11 +65,12 @@ import math
 from typing import Any
 
 from .delay_rise import CSS_DIVISOR, DELAY_SAMPLES, ROUND_MIN_S, DelayRise
+from .first_window import FirstWindow
 from .start_reports import StartReports
 from .start_rounds import StartRounds
 
-__all__ = ["DRAIN", "MAX_S", "MSG_OVERHEAD_BYTES", "RESTART_WINDOW_MSGS", "SILENT_S", "STALL_S",
-           "UNFILLED_GAIN", "SlowStart", "StartPacer"]
+__all__ = ["DRAIN", "MAX_S", "RESTART_WINDOW_MSGS", "SILENT_S", "STALL_S", "UNFILLED_GAIN",
+           "SlowStart", "StartPacer"]
 
 #: No confirmation for this long ends the start, s (a dead receiver, or no answer).
 STALL_S = 0.1
@@ -102,9 +103,6 @@ PACE_BURST_S = 0.005
 #: its mark (``nakflow eval``'s last task: 16 at once into a queue of 17 of 39; it then
 #: waited 0.1 s for room, ended on that stall and climbed from its old half share).
 RESTART_WINDOW_MSGS = 2
-#: A message's cost on the wire beyond its payload, for the first window in bytes: its
-#: msgpack header and its share of the frame's and the transport's headers.
-MSG_OVERHEAD_BYTES = 16
 
 
 class StartPacer:
@@ -143,12 +141,8 @@ class SlowStart:
                  ramp: tuple[float, float, float] | None = None, base: int = 0,
                  window_bytes: int | None = None) -> None:
         self.cwnd = float(window_msgs)
-        #: the first window in bytes (``first_window``; None: ``window_msgs`` as given),
-        #: the least room the receivers' HELLO answers said (0: one did not say; None: no
-        #: answer yet), the first message's size
-        self.window_bytes = window_bytes
-        self.hello_room: int | None = None
-        self.msg_bytes: int | None = None
+        #: sizes the first window in bytes before the first message (``FirstWindow``)
+        self.first = FirstWindow(window_bytes)
         self.first_window = window_msgs  # what it began with
         #: the seq the start begins at (0; a start again mid-stream: what was admitted)
         self.base = base
@@ -184,39 +178,10 @@ class SlowStart:
         if self.t0 is None:
             self.t0 = self._last_move = now
             self.rounds.begin(now)
-            self._size_first_window()
-
-    # -- before the first message ---------------------------------------------------------
-    def on_hello(self, room: int) -> None:
-        """A receiver answered the sender's HELLO, saying ``room`` (0: not said, an older
-        receiver); only before the first message counts, the least said."""
-        if self.t0 is None:
-            least = self.hello_room
-            self.hello_room = room if least is None else min(least, room)
-
-    def size_hint(self, msg_bytes: int) -> None:
-        """The first message's payload, bytes (before it is admitted)."""
-        if self.t0 is None and self.msg_bytes is None:
-            self.msg_bytes = max(0, msg_bytes)
-
-    def _size_first_window(self) -> None:
-        """The first window, as the first message goes: ``window_bytes`` of its size, within
-        half the least room a receiver's HELLO said (two senders starting together fill no
-        queue past the share a start may fill), where every receiver that answered said its
-        room; never less than the window given. A window of 16 to four receivers on
-        loopback took 50 ms to reach 5,000 messages a round trip (a round trip of PROGRESS
-        is 1-8 ms there, five processes on two cores) while ACK's credit let 10,000 go at
-        once: NAK sent 15,000-20,000 messages of 100 B in the first 0.1 s, ACK 28,000. A
-        slow link is no worse off: 16 KB is the 16 messages of 1 KB it took before."""
-        room, size = self.hello_room, self.msg_bytes
-        if not self.window_bytes or size is None or not room:
-            return
-        w = min(self.window_bytes // (size + MSG_OVERHEAD_BYTES), room // 2,
-                int(self.max_window))
-        if w > self.cwnd:
-            self.cwnd = float(w)
-            self.pacer.tokens = float(w)
-            self.first_window = w
+            w = self.first.size(int(self.max_window))
+            if w is not None and w > self.cwnd:  # never less than the window given
+                self.cwnd = self.pacer.tokens = float(w)
+                self.first_window = w
 
     # -- the sender's questions -----------------------------------------------------------
     def allowance(self, now: float) -> int:
