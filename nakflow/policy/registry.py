@@ -221,7 +221,7 @@ class NakFlow(SenderFlow):
                                    else None)
 
     def size_hint(self, msg_bytes: int) -> None:
-        if self.start is not None and not self.restarts:
+        if self.start is not None:  # (a start again mid-stream sizes no first window)
             self.start.first.size_hint(msg_bytes)
 
     def frame_msgs(self, most: int) -> int:
@@ -355,8 +355,7 @@ class NakFlow(SenderFlow):
 
     def on_feedback(self, frame: Frame, *, now: float) -> None:
         if type(frame) is Hello:  # a receiver's answer says its room: the first window
-            if (frame.echo and frame.role == "receiver" and frame.stream == self.stream
-                    and self.start is not None and not self.restarts):
+            if self.start is not None and frame.echo and frame.stream == self.stream:
                 self.start.first.on_hello(frame.room)
             return
         if type(frame) is Nak and frame.stream == self.stream:
