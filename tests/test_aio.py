@@ -222,7 +222,7 @@ def test_a_close_cancelled_while_it_waits_ends_with_the_receiver_unconfirmed():
     import os
     import signal
 
-    from nakflow.testing import LocalReceivers, ReceiverSpec
+    from nakflow.testing import LocalReceivers, ReceiverSpec, stop_process
 
     with LocalReceivers([ReceiverSpec("stopped")], mode="nak", duration_s=60) as rxs:
         rxs.wait_ready()
@@ -232,7 +232,7 @@ def test_a_close_cancelled_while_it_waits_ends_with_the_receiver_unconfirmed():
             await tx.wait_for_receivers(1)
             for i in range(100):
                 await tx.send(b"%d" % i)
-            os.kill(rxs.procs[0].pid, signal.SIGSTOP)
+            stop_process(rxs.procs[0])  # stopped, not only signalled, before END goes
             try:
                 with pytest.raises(TimeoutError):
                     await asyncio.wait_for(tx.close(), 0.5)

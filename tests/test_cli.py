@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from nakflow.testing import free_port, nakflow_cmd
+from nakflow.testing import free_port, nakflow_cmd, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -239,7 +239,7 @@ def test_a_sender_interrupted_while_its_close_waits_reports_who_it_still_awaited
         while "ready; sending" not in (line := tx.stderr.readline()):  # both heard
             assert line, "".join(lines)
             lines.append(line)
-        stopped.send_signal(signal.SIGSTOP)
+        stop_process(stopped)  # stopped, not only signalled, before END goes
         while "Confirmed(receiver='fast'" not in (line := tx.stderr.readline()):
             assert line, "".join(lines)  # END went out; the close waits for 'stopped'
             lines.append(line)
