@@ -16,7 +16,8 @@ from collections.abc import Collection
 from nakflow import ReceiverConfig, ReceiverCore, RepairConfig, SenderConfig, SenderCore
 from nakflow.core.close import DISCONNECT_PROBE_S
 from nakflow.events import Confirmed
-from nakflow.wire import Hello, encode
+from nakflow.report import sender_verdict
+from nakflow.wire import Hello, Receipt, encode
 from simulations.cores import SimLink
 
 STEP = 0.001
@@ -257,6 +258,34 @@ def test_a_receiver_first_heard_after_end_is_not_waited_for():
     run.until_closed()
     assert "late-rx" not in run.at_close()
     assert run.closed_at is not None and run.closed_at < 2.0
+
+
+def test_a_receipt_from_a_receiver_first_heard_after_end_is_counted_not_a_failed_close():
+    """While the close waits for a stopped receiver and repeats END, a receiver that joins
+    then hears END and answers it: it lacks everything sent before it joined. It took no
+    part in this stream, so its receipt neither fails the close nor stands in the report
+    as ``incomplete`` (it did, and ``nakflow send`` exited 1 for a run whose every
+    receiver held the whole stream); the sender counts it (``receipts_after_end``)."""
+    run = Run(2, messages=2_000, hwm_frames=50)
+    while run.tx.sent < run.messages - 500:
+        run.step()
+    while run.tx.life.state != "closing":
+        run.step(stopped={1})
+    late = Receipt("c", "late-rx", "s", 1, run.messages, (0, 0, 0, run.messages), 0.0)
+    run.tx.receive_feedback(encode(late), run.link.now)
+    assert not run.tx.closed
+    stop_until = run.link.now + 1.0
+    while run.link.now < stop_until:
+        run.step(stopped={1})
+    run.until_closed()
+    assert {r: c["status"] for r, c in run.at_close().items()} == dict.fromkeys(
+        ("r0", "r1"), "complete")
+    snap = run.tx.snapshot(run.link.now)
+    assert snap["at_close_counts"] == {"complete": 2, "incomplete": 0, "gone": 0,
+                                       "unconfirmed": 0}
+    assert snap["receipts_after_end"] == 1  # ("receipts" counts frames: r0 answers each END)
+    assert sender_verdict(snap).problems == []
+    assert [e.receiver for e in run.events if isinstance(e, Confirmed)] == ["r0", "r1"]
 
 
 # -- repair that outruns the history --------------------------------------------------

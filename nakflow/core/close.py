@@ -87,6 +87,11 @@ class CloseTally:
         self.roster, self.gone_after_s = roster, gone_after_s
         self.outcomes: dict[str, Outcome] = {}
         self.audience: dict[str, None] | None = None  # set at END
+        #: the receivers heard before END (``audience`` empties once the close is over)
+        self.members: frozenset[str] | None = None
+        #: receipts from receivers first heard after END: they joined while the close
+        #: repeated END and lack what came before them; no part of this stream's close
+        self.receipts_after_end = 0
         self._lost_at, self._lost_n = -math.inf, 0  # the last closed connections
         self.receipts = 0
         self._new: list[tuple[str, Outcome]] = []  # outcomes not yet taken (``take_new``)
@@ -100,6 +105,7 @@ class CloseTally:
         receiver first heard later did not take part in this stream)."""
         if self.audience is None:
             self.audience = dict.fromkeys(self.roster.last_heard)
+            self.members = frozenset(self.audience)
 
     @property
     def expects_receipts(self) -> bool:
@@ -115,8 +121,12 @@ class CloseTally:
         receipts, left = self.roster.receipts, self.roster.left
         return any(r not in receipts and r not in left for r in self.audience or ())
 
-    def on_receipt(self, frame: Receipt) -> Outcome:
-        """A receipt for this sender's stream."""
+    def on_receipt(self, frame: Receipt) -> Outcome | None:
+        """A receipt for this sender's stream: its outcome (None: the receiver was first
+        heard after END, counted in ``receipts_after_end``)."""
+        if self.members is not None and frame.receiver not in self.members:
+            self.receipts_after_end += 1
+            return None
         self.receipts += 1
         missing = {r: n for r, n in zip(RECEIPT_REASONS, frame.missing, strict=True) if n}
         outcome = Outcome(INCOMPLETE, _words(missing), missing) if missing else Outcome(COMPLETE)

@@ -576,7 +576,7 @@ def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
         "mode_mismatch": core.mode_mismatch, "key_mismatch": core.key_mismatch,
         "repair": None if rs is None else rs.snapshot(),
         "at_close": core.tally.report(), "at_close_counts": core.tally.counts(),
-        "receipts": core.tally.receipts,
+        "receipts": core.tally.receipts, "receipts_after_end": core.tally.receipts_after_end,
         "auth": None if core.mac is None else core.mac.snapshot(),
         "policy": flow,
         "timeline": core.timeline.as_dict(t0=core._t0),
