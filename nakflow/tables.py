@@ -35,7 +35,8 @@ COLUMNS: dict[str, str] = {
                       "receiver asked for it (nak with repair)",
     "dups": "messages that arrived more than once (e.g. a retried Spark task re-sent its "
             "partition)",
-    "complete": "senders whose END this receiver saw / senders in the run",
+    "complete": "senders whose stream this receiver holds whole (its END came and "
+                "nothing is missing) / senders in the run",
     "done_s": "seconds from the job's start until this receiver delivered its last "
               "message to its application (the job ends once every receiver holds every "
               "message: what a queue still holds then is delivered after it)",

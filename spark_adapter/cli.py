@@ -23,7 +23,8 @@ EVAL_NOTES = {"delivered": "DataFrame rows the receiver took; missing: rows it l
               "receiver": "slow consumes at --slow-rate; fast-N as fast as it can; stalled "
                           "(with --stall-for) stops for that long; every Spark task sends "
                           "to all of them",
-              "complete": "Spark tasks (senders) whose END this receiver saw / tasks"}
+              "complete": "Spark tasks (senders) whose rows this receiver holds whole (END came, "
+                          "nothing missing) / tasks"}
 
 
 def _positive_int(text: str) -> int:
