@@ -263,20 +263,49 @@ def warm_up_send(spark: Any, df: Any, cfg: EvalConfig) -> None:
     driver's side (seconds), and the first send of this DataFrame's rows converts its
     schema in the executors' workers: a warm-up of another DataFrame left about 0.15 s
     of that to whichever mode ran first (its first row reached the receivers 0.37-0.58 s
-    into its job, the second mode's 0.23-0.42 s, in either order)."""
+    into its job, the second mode's 0.23-0.42 s, in either order).
+
+    Then, with local receivers, each mode once over a sample of the rows to receivers of
+    its own that all keep up (``warm_up_mode``)."""
     wcfg = WriterConfig(f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}",
                         mode="none", stream="eval-warm-up",
                         run_id=f"eval-warm-up-{uuid.uuid4().hex[:8]}", wait_receivers=0,
                         batch_rows=cfg.batch_rows, arrow_rows=cfg.batch_rows)
     send(spark, df, wcfg, cfg.writer)
+    if not cfg.receivers:
+        for mode in cfg.modes:
+            warm_up_mode(spark, df, mode, cfg)
+
+
+#: The share of the rows each mode's warm-up sends (``warm_up_mode``).
+WARM_UP_SAMPLE = 0.05
+
+
+def warm_up_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig) -> None:
+    """Send a WARM_UP_SAMPLE of the rows in ``mode`` to local receivers that all keep up,
+    untimed: the executors' workers run that mode's code with live receivers once before
+    it is timed. Without it the mode that ran first paid for it: NAK/ACK was 0.976-0.986
+    with NAK first and 0.999-1.012 with ACK first (three runs each, 2026-11-28); with it,
+    0.977-0.988 and 0.975-1.001."""
+    specs = [ReceiverSpec(s.name, capacity_msgs=s.capacity_msgs) for s in cfg.receiver_specs()]
+    partitions = df.rdd.getNumPartitions()
+    with LocalReceivers(specs, mode=mode, senders=partitions, stream="eval-warm-up",
+                        duration_s=_budget_s(cfg, cfg.rows)) as rx:
+        rx.wait_ready()
+        wcfg = WriterConfig(rx.data, rx.feedback, mode=mode, stream="eval-warm-up",
+                            run_id=f"eval-warm-{mode}-{uuid.uuid4().hex[:8]}",
+                            wait_receivers=len(specs), batch_rows=cfg.batch_rows,
+                            arrow_rows=cfg.batch_rows)
+        send(spark, df.sample(fraction=WARM_UP_SAMPLE, seed=1), wcfg, cfg.writer)
+        rx.results(timeout_s=_budget_s(cfg, cfg.rows))
 
 
 def run_eval(spark: Any, cfg: EvalConfig,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every mode of ``cfg`` on ``spark``; return runs, table and config (JSON-ready)."""
     if progress is not None:  # seconds of silence otherwise (8-12 s on 2 cores)
-        progress("[eval] warming up (untimed): the executors' Python workers and the first "
-                 "write's planning ...")
+        progress("[eval] warming up (untimed): the executors' Python workers, the first "
+                 f"write's planning, and each mode once over {WARM_UP_SAMPLE:.0%} of the rows ...")
     df = load_input(spark, cfg)
     partitions = df.rdd.getNumPartitions()
     rows = warm_up(df)
