@@ -15,7 +15,8 @@ from nakflow.tables import format_table
 from .shipping import SHIP_CHOICES
 
 #: What the eval's columns mean in its setting.
-EVAL_NOTES = {"delivered": "DataFrame rows the receiver took; missing: rows it lacks",
+EVAL_NOTES = {"delivered": "DataFrame rows the receiver took",
+              "missing": "DataFrame rows it lacks (the job's rows - delivered)",
               "goodput": "rows per second this receiver delivered to its application",
               "dropped": "messages (the data source: Arrow messages of up to --batch-rows "
                          "rows; --writer foreach: one row each), as repaired, lost, dups "
