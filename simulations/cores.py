@@ -37,6 +37,11 @@ from nakflow import (
 from nakflow.wire import TARGET_MAGIC, target_prefix
 from transports import SocketOptions
 
+#: A simulated sender offers nothing until every receiver answered its HELLO (as a live
+#: one in ``wait_for_receivers``: ``nakflow send`` and the Spark writer wait), or this
+#: long has passed, s (a scenario whose receiver is down from the start still runs).
+WAIT_RECEIVERS_MAX_S = 2.0
+
 #: Frames that wait for a receiver that does not read, by default: what the live
 #: channels queue (the PUB's send and the SUB's receive high-water marks; the kernel's
 #: TCP buffers hold more still)
@@ -238,11 +243,13 @@ def simulate_cores(p: CoreSimParams, mode: str, *, seed: int = 0) -> dict[str, A
     ended = False
     per_step = round(p.sender_max_rate_msgs * dt) + 1
     tx.want_receivers(n, 0.0)  # as a live sender waiting for its receivers
+    waiting = True
     for _ in range(round((p.duration_s + 15.0) / dt)):
         t = link.now
-        if tx.receivers_ready() >= n:
+        if waiting and (tx.receivers_ready() >= n or t >= WAIT_RECEIVERS_MAX_S):
             tx.want_receivers(0, t)
-        if not ended:
+            waiting = False
+        if not ended and not waiting:
             if t >= p.duration_s or (p.messages is not None and tx.sent >= p.messages):
                 tx.close(t)
                 ended = True

@@ -29,7 +29,7 @@ import numpy as np
 
 from nakflow import ReceiverConfig, ReceiverCore, RepairConfig, SenderConfig, SenderCore, check_mode
 
-from .cores import SimLink
+from .cores import WAIT_RECEIVERS_MAX_S, SimLink
 from .engines import MODEL_LEAVES_OUT, pick_engine
 from .model import (
     SimParams,
@@ -97,11 +97,14 @@ class _Source:
         self.paced = p.source_rate_msgs > 0 or self.bursty
         n = len(senders)
         self.phys_carry, self.src_carry, self.backlog = [0.0] * n, [0.0] * n, [0.0] * n
+        self.waiting = [True] * n  # for its receivers' HELLO answers (``step`` skips it)
         self.backlog_peak = 0.0
 
     def step(self, t: float) -> None:
         p, dt = self.p, self.p.step_s
         for s, tx in enumerate(self.senders):
+            if self.waiting[s]:  # as a live sender waits for its receivers' HELLO answers
+                continue
             phys = p.sender_max_rate_msgs * dt + self.phys_carry[s]
             want = int(phys)
             if self.paced:
@@ -147,9 +150,10 @@ def simulate_on_cores(params: SimParams, mode: str, *, seed: int = 0,
     steps = max(1, round(p.duration_s / dt))
     for k in range(steps):
         t = link.now
-        for tx in txs:
-            if tx.receivers_ready() >= n:
+        for s, tx in enumerate(txs):
+            if source.waiting[s] and (tx.receivers_ready() >= n or t >= WAIT_RECEIVERS_MAX_S):
                 tx.want_receivers(0, t)
+                source.waiting[s] = False
         source.step(t)
         run.consume(t)
         link.step()
