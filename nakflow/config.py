@@ -61,7 +61,8 @@ class NakConfig:
     initial_rate_msgs: float | None = 5_000.0
     #: Until the first NAK, the limit grows by this factor every step_s (slow start, as in
     #: TCP): 1.25 per 50 ms is x87 per second, and at most x1.6 past a receiver's rate
-    #: before its NAK (100 ms later) takes effect.
+    #: before its NAK (100 ms later) takes effect. After a start (the RTT and the rooms
+    #: known), a step adds at most ``policy.rate.room_step``, as the probe's growth.
     ramp_factor: float = 1.25
     #: The start (``policy.startup``): the sender's first window, msgs. While it lasts,
     #: DATA asks receivers for their PROGRESS and the sender keeps no more in flight than

@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from nakflow import ConfigError, NakConfig
 from nakflow.policy.fill import holdoff_s
-from nakflow.policy.rate import PROBE_ROOM_SHARE, probe_rate, probe_step, recovery_bound_s
+from nakflow.policy.rate import (
+    PROBE_ROOM_SHARE,
+    probe_rate,
+    probe_step,
+    recovery_bound_s,
+    room_step,
+)
 from nakflow.policy.registry import NakRateController
 
 
@@ -475,3 +481,30 @@ def test_the_per_receiver_table_is_bounded():
     snap = log.snapshot()
     assert len(log._receivers) <= MAX_RECEIVERS
     assert next(iter(snap["by_receiver"])) == "real"  # the one that cut stays
+
+
+def test_a_ramp_on_from_a_start_grows_a_step_by_what_the_room_takes_in_while_a_nak_comes():
+    """A start that ends ramping on (its rounds held by the receivers' room on a long
+    path) hands the limit to the ramp with the RTT and room known: a step then adds no
+    more than ``room_step`` (x1.25 from 15,700 msgs/s at 50 ms over queues of 2,000
+    overflowed them by 5,110 before the NAK came back). With no room known (no start),
+    or where x1.25 adds less (loopback), the ramp is as before."""
+    cfg = NakConfig(initial_rate_msgs=5_000)
+
+    def ramp(rtt: float | None, room: float | None, rate: float) -> list[float]:
+        ctrl = NakRateController(cfg)
+        if rtt is not None:
+            ctrl.set_rtt(rtt)
+        if room is not None:
+            ctrl.set_probe_room(room)
+        ctrl.begin(rate, rate, now=0.0, ramp=True)
+        return [ctrl.rate(now=k * cfg.step_s + 1e-6) for k in range(1, 8)]
+
+    long_path = ramp(0.05, 800, 15_700)
+    most = room_step(cfg, 0.05, cfg.step_s, 800)
+    assert 1_000 < most < 5_000
+    steps = [(a, b) for a, b in itertools.pairwise(long_path)]
+    assert all(b - a == pytest.approx(min(a * 0.25, most)) for a, b in steps)
+    assert long_path[-1] < 0.7 * ramp(0.05, None, 15_700)[-1]  # no room known: x1.25 a step
+    loopback = ramp(0.0002, 4_000, 100_000)  # the bound (~150,000 a step) is above
+    assert loopback == pytest.approx(ramp(None, None, 100_000))  # x1.25 up to 480,000

@@ -234,6 +234,22 @@ def test_real_cores_long_rtt_with_loss_nothing_stays_missing():
         assert x["repaired"] > 0 and x["delivered"] == r["sent"], x
 
 
+def test_a_long_paths_start_held_by_the_room_ramps_on_without_overflowing_it():
+    """50 ms RTT, ten receivers whose queues of 2,000 hold less than a round trip of
+    their 50,000 msgs/s: the start's rounds are held by the receivers' room (40 % of a
+    queue a round trip), so it ends on a full pipe at ~16,000 msgs/s and ramps on. The
+    ramp then grows by what half the room takes in while a NAK comes back: x1.25 a step
+    overflowed the queues by 5,110 before the NAK came (every one repaired). The
+    simulated sender waits for its receivers' HELLO answers, as a live one does, and
+    sizes its first window from the rooms they said."""
+    from simulations.scenario_cores import simulate_on_cores
+    (p,) = [p for label, p in SCENARIOS["latency-sweep"].points({"sweep": "0.05"})]
+    r = simulate_on_cores(replace(p, duration_s=2.0), "nak", seed=0)
+    start = r["sender"]["policy"]["start"]
+    assert (start["ended"], start["ramps_on"], start["first_window"]) == ("full", True, 400)
+    assert (r["dropped"], r["unrepaired"]) == (0, 0)
+
+
 def test_fanout_repair_model_agrees_with_the_cores_and_bounds_requests():
     """The vectorised repair-request model (10,000 receivers) against the real cores at
     30 (1 % independent loss, 10 ms RTT): same order of requests (the cores also repeat

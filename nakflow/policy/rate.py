@@ -62,7 +62,12 @@ def probe_step(cfg: NakConfig, rtt_s: float, per: int, room: float) -> float:
     Until 2026-11-28 ``react`` held the NAK window too (50 ms): 10,000-15,000 msgs/s a
     step on loopback, and a start that measured 170,000 msgs/s on two shared cores took
     0.5 s to probe up to the 300,000 its receivers took."""
-    grow_s = per * cfg.step_s
+    return room_step(cfg, rtt_s, per * cfg.step_s, room)
+
+
+def room_step(cfg: NakConfig, rtt_s: float, grow_s: float, room: float) -> float:
+    """The most a growth every ``grow_s`` may add, msgs/s: PROBE_ROOM_SHARE of ``room``
+    over the time a NAK takes to act, divided among the growths in that time."""
     react = rtt_s + holdoff_s(cfg, rtt_s)
     return PROBE_ROOM_SHARE * max(room, 1.0) / (react * (1.0 + react / grow_s))
 
@@ -424,11 +429,19 @@ class NakRateController:
 
     def _ramp(self, now: float) -> None:
         """Slow start: ``ramp_factor`` per step due by ``now``, the step as long as
-        ``ramp_step_s`` says at each step (it shortens once the RTT is known)."""
+        ``ramp_step_s`` says at each step (it shortens once the RTT is known). Once the
+        RTT and the receivers' room are known (a ramp on from a start), a step grows the
+        limit by ``probe_step`` at most, as the probe's: on a long path over queues that
+        hold less than a round trip, x1.25 a step past their consumers overflowed them
+        before the NAK came back (simulated, 50 ms, queues of 2,000: 5,110 dropped).
+        ``room_step`` with a growth every step: a ramp does not wait a round trip."""
         cfg = self.config
         rate, tick, step, n = self._rate, self._next_tick, self.ramp_step_s(), 0
+        most = math.inf
+        if self.rtt_s is not None and self.probe_room is not None:
+            most = room_step(cfg, self.rtt_s, step, self.probe_room)
         while now >= tick - 1e-9 and rate < cfg.max_rate_msgs and n < 10_000:
-            rate *= cfg.ramp_factor
+            rate = min(rate * cfg.ramp_factor, rate + most)
             tick += step
             n += 1
         self._episode = False
