@@ -282,22 +282,13 @@ WARM_UP_SAMPLE = 0.05
 
 
 def warm_up_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig) -> None:
-    """Send a WARM_UP_SAMPLE of the rows in ``mode`` to local receivers that all keep up,
-    untimed: the executors' workers run that mode's code with live receivers once before
-    it is timed. Without it the mode that ran first paid for it: NAK/ACK was 0.976-0.986
-    with NAK first and 0.999-1.012 with ACK first (three runs each, 2026-11-28); with it,
-    0.977-0.988 and 0.975-1.001."""
-    specs = [ReceiverSpec(s.name, capacity_msgs=s.capacity_msgs) for s in cfg.receiver_specs()]
-    partitions = df.rdd.getNumPartitions()
-    with LocalReceivers(specs, mode=mode, senders=partitions, stream="eval-warm-up",
-                        duration_s=_budget_s(cfg, cfg.rows)) as rx:
-        rx.wait_ready()
-        wcfg = WriterConfig(rx.data, rx.feedback, mode=mode, stream="eval-warm-up",
-                            run_id=f"eval-warm-{mode}-{uuid.uuid4().hex[:8]}",
-                            wait_receivers=len(specs), batch_rows=cfg.batch_rows,
-                            arrow_rows=cfg.batch_rows)
-        send(spark, df.sample(fraction=WARM_UP_SAMPLE, seed=1), wcfg, cfg.writer)
-        rx.results(timeout_s=_budget_s(cfg, cfg.rows))
+    """Run ``mode`` once, untimed, over a WARM_UP_SAMPLE of the rows (``run_mode``: its
+    own receivers, as the timed run's): the executors' workers run that mode's code with
+    live receivers once before it is timed. Without it the mode that ran first paid for
+    it: NAK/ACK was 0.976-0.986 with NAK first and 0.999-1.012 with ACK first (three runs
+    each, 2026-11-28); with it, 0.977-0.994 and 0.975-1.005 (six each)."""
+    run_mode(spark, df.sample(fraction=WARM_UP_SAMPLE, seed=1), mode, cfg, rows=0,
+             partitions=df.rdd.getNumPartitions())
 
 
 def run_eval(spark: Any, cfg: EvalConfig,

@@ -431,10 +431,10 @@ class NakRateController:
         """Slow start: ``ramp_factor`` per step due by ``now``, the step as long as
         ``ramp_step_s`` says at each step (it shortens once the RTT is known). Once the
         RTT and the receivers' room are known (a ramp on from a start), a step grows the
-        limit by ``probe_step`` at most, as the probe's: on a long path over queues that
-        hold less than a round trip, x1.25 a step past their consumers overflowed them
-        before the NAK came back (simulated, 50 ms, queues of 2,000: 5,110 dropped).
-        ``room_step`` with a growth every step: a ramp does not wait a round trip."""
+        limit by ``room_step`` at most, the probe's bound with a growth every step (a ramp
+        does not wait a round trip): on a long path over queues that hold less than a
+        round trip, x1.25 a step past their consumers overflowed them before the NAK came
+        back (simulated, 50 ms, queues of 2,000: 5,110 dropped)."""
         cfg = self.config
         rate, tick, step, n = self._rate, self._next_tick, self.ramp_step_s(), 0
         most = math.inf
