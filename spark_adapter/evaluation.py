@@ -256,6 +256,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: How many times ``warm_up_send`` sends the rows to nobody.
+WARM_UP_SENDS = 3
+
+
 def warm_up_send(spark: Any, df: Any, cfg: EvalConfig) -> None:
     """One untimed send of the real data the way the timed runs send it (``cfg.writer``,
     its batch sizes): mode none to endpoints nobody binds, waiting for no receiver, so
@@ -263,15 +267,20 @@ def warm_up_send(spark: Any, df: Any, cfg: EvalConfig) -> None:
     driver's side (seconds), and the first send of this DataFrame's rows converts its
     schema in the executors' workers: a warm-up of another DataFrame left about 0.15 s
     of that to whichever mode ran first (its first row reached the receivers 0.37-0.58 s
-    into its job, the second mode's 0.23-0.42 s, in either order).
+    into its job, the second mode's 0.23-0.42 s, in either order). One such send is not
+    enough: the first rows of four timed runs after one reached the receivers 0.14, 0.10,
+    0.07 and 0.08 s into their jobs (a NAK/ACK of 0.99 from the order alone), so it runs
+    WARM_UP_SENDS times (the later ones about 0.6 s each).
 
     Then, with local receivers, each mode once over a sample of the rows to receivers of
     its own that all keep up (``warm_up_mode``)."""
-    wcfg = WriterConfig(f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}",
-                        mode="none", stream="eval-warm-up",
-                        run_id=f"eval-warm-up-{uuid.uuid4().hex[:8]}", wait_receivers=0,
-                        batch_rows=cfg.batch_rows, arrow_rows=cfg.batch_rows)
-    send(spark, df, wcfg, cfg.writer)
+    for _ in range(WARM_UP_SENDS):
+        wcfg = WriterConfig(f"tcp://127.0.0.1:{_free_port()}",
+                            f"tcp://127.0.0.1:{_free_port()}", mode="none",
+                            stream="eval-warm-up",
+                            run_id=f"eval-warm-up-{uuid.uuid4().hex[:8]}", wait_receivers=0,
+                            batch_rows=cfg.batch_rows, arrow_rows=cfg.batch_rows)
+        send(spark, df, wcfg, cfg.writer)
     if not cfg.receivers:
         for mode in cfg.modes:
             warm_up_mode(spark, df, mode, cfg)
