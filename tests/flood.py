@@ -23,12 +23,22 @@ class FloodRun:
     rate_limits: list[float] = field(default_factory=list)
 
 
+#: Junk frames sent per channel before the last real message, at least, spread over the
+#: real ones (``send_under_flood``): how much junk meets the real traffic must not depend
+#: on how fast the real sender is (a fast one met 872 in one run).
+MIN_JUNK = 2_000
+
+
 def send_under_flood(junk_data: Callable[[], bytes], junk_feedback: Callable[[], bytes], *,
-                     count: int = 10_000, max_junk: int = 100_000,
+                     count: int = 10_000, max_junk: int = 100_000, min_junk: int = MIN_JUNK,
                      **sender_kwargs: Any) -> FloodRun:
     """One receiver and one sender on loopback; ``count`` real messages ``real-<i>`` are
     sent while junk goes to the receiver's data endpoint and to a feedback endpoint the
-    sender listens to. Returns both snapshots after END and a drained queue."""
+    sender listens to: before real message ``i`` the sender waits until ``min_junk`` x
+    i / count junk frames went on each. Returns both snapshots after END and a drained
+    queue."""
+    if not 0 <= min_junk <= max_junk:
+        raise ValueError("min_junk must be within 0..max_junk")
     ctx = zmq.Context.instance()
     got: list[Message] = []
     limits: list[float] = []
@@ -40,14 +50,25 @@ def send_under_flood(junk_data: Callable[[], bytes], junk_feedback: Callable[[],
         port = jf.bind_to_random_port("tcp://127.0.0.1")
         stop = threading.Event()
         sent = [0]
+        progressed = threading.Condition()
 
         def flood() -> None:
             while not stop.is_set() and sent[0] < max_junk:
                 jd.send(junk_data())
                 jf.send(junk_feedback())
                 sent[0] += 1
+                if sent[0] % 50 == 0:
+                    with progressed:
+                        progressed.notify_all()
                 if sent[0] % 200 == 0:
                     time.sleep(0.001)
+            with progressed:
+                progressed.notify_all()
+
+        def junk_reached(n: int) -> None:
+            with progressed:
+                if not progressed.wait_for(lambda: sent[0] >= n, timeout=20):
+                    raise TimeoutError(f"the flood sent {sent[0]} junk frames of {n} in 20 s")
 
         # the junk comes on a feedback endpoint of its own, beside the receiver's
         with Sender(rx.data_endpoints, [rx.feedback_endpoints[0], f"tcp://127.0.0.1:{port}"],
@@ -57,6 +78,8 @@ def send_under_flood(junk_data: Callable[[], bytes], junk_feedback: Callable[[],
             flooder.start()
             try:
                 for i in range(count):
+                    if i % 500 == 0 or i == count - 1:
+                        junk_reached(min_junk * (i + 1) // count)
                     tx.send(b"real-%d" % i, timeout=20)
                     if i % 500 == 0:
                         limits.append(tx.snapshot()["rate_limit"])
