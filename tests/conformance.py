@@ -16,7 +16,6 @@ from nakflow import (
     AsyncReceiver,
     AsyncSender,
     Message,
-    PeerMismatch,
     Receiver,
     ReceiverConfig,
     ReceiverCore,
@@ -161,8 +160,8 @@ class SimPair(ThreadedPair):
             for _ in range(10_000):  # 10 s of virtual time, the live drivers' timeout
                 if self.txc.receivers_ready():
                     return
-                if (problem := self.txc.wait_problem(self.link.now)) is not None:
-                    raise PeerMismatch(problem)
+                if (error := self.txc.wait_error(self.link.now)) is not None:
+                    raise error
                 self._steps(0.001)
             raise TimeoutError("no receiver answered in 10 s")
         finally:

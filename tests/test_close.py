@@ -94,7 +94,7 @@ def test_healthy_receivers_confirm_and_the_close_is_over_within_a_few_round_trip
     assert [e.status for e in run.events if isinstance(e, Confirmed)] == ["complete"] * 3
     # one receipt per receiver and stream: the feedback a healthy receiver sends is its
     # HELLOs and that one frame
-    assert all(rx.receipts_sent == 1 for rx in run.rxs)
+    assert all(rx.endings.receipts_sent == 1 for rx in run.rxs)
 
 
 def test_a_receiver_stopped_across_end_is_waited_for_and_catches_up_whole():
@@ -225,7 +225,7 @@ def test_a_lost_receipt_is_asked_for_again_by_the_repeated_end():
     run.until_closed()
     assert sorted(dropped) == [0, 1]
     assert {c["status"] for c in run.at_close().values()} == {"complete"}
-    assert all(rx.receipts_sent >= 2 for rx in run.rxs)
+    assert all(rx.endings.receipts_sent >= 2 for rx in run.rxs)
 
 
 def test_every_mode_closes_exactly():

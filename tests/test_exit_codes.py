@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from nakflow import ConfigError, PeerMismatch, Sender
+from nakflow import ConfigError, KeyMismatch, PeerMismatch, Sender
 from nakflow.keyfile import write_shared_key
 from nakflow.testing import nakflow_cmd
 from spark_adapter import WriterConfig
@@ -104,7 +104,7 @@ def test_a_stray_answer_in_another_mode_does_not_stop_a_sender_whose_receivers_a
     channel, or a receiver of another deployment) stops the wait only if, within
     MISMATCH_GRACE_S, not enough receivers of the sender's own mode answer."""
     from nakflow import SenderConfig, SenderCore
-    from nakflow.core.sender_core import MISMATCH_GRACE_S
+    from nakflow.core.wait import MISMATCH_GRACE_S
     from nakflow.wire import Hello, encode
 
     def core() -> SenderCore:
@@ -115,14 +115,35 @@ def test_a_stray_answer_in_another_mode_does_not_stop_a_sender_whose_receivers_a
         return tx
 
     tx = core()
-    assert tx.receivers_ready() == 1 or tx.wait_problem(0.02) is None  # not at once
+    assert tx.receivers_ready() == 1 or tx.wait_error(0.02) is None  # not at once
     tx.receive_feedback(encode(Hello("default", "mine", "receiver", "nak", 0, 0, "s", 0.0)),
                         0.05)
     assert "mine" in tx.roster.answered and tx.snapshot(0.1)["mode_mismatch"] == 1
     tx = core()
-    assert tx.wait_problem(0.01 + MISMATCH_GRACE_S / 2) is None
-    problem = tx.wait_problem(0.01 + MISMATCH_GRACE_S)
-    assert problem is not None and "receiver stray runs mode 'ack'" in problem
+    assert tx.wait_error(0.01 + MISMATCH_GRACE_S / 2) is None
+    error = tx.wait_error(0.01 + MISMATCH_GRACE_S)
+    assert isinstance(error, PeerMismatch) and not isinstance(error, KeyMismatch)
+    assert "receiver stray runs mode 'ack'" in str(error)
+
+
+def test_a_wait_that_runs_out_after_frames_of_another_key_raises_key_mismatch():
+    """The core's rule, with explicit time: frames sealed with another key do not stop a
+    waiting sender (a forger's would), but once its wait runs out they are named, as a
+    ``KeyMismatch`` (a ``TimeoutError`` too: nobody answered)."""
+    from nakflow import SenderConfig, SenderCore
+    from nakflow.wire import Hello, encode
+    from nakflow.wire.auth import FrameAuth, SharedKey
+
+    tx = SenderCore(SenderConfig(mode="nak", sender_id="s", epoch=1,
+                                 shared_key=SharedKey(b"a" * 32)), now=0.0)
+    tx.want_receivers(1, 0.0)
+    theirs = FrameAuth(SharedKey(b"b" * 32))
+    tx.receive_feedback(theirs.seal(encode(Hello("default", "r", "receiver", "nak", 0, 0, "s",
+                                                 0.0)), now=0.01), 0.01)
+    assert tx.receivers_ready() == 0 and tx.wait_error(5.0) is None
+    error = tx.wait_error(5.0, timed_out=True)
+    assert isinstance(error, KeyMismatch) and isinstance(error, TimeoutError)
+    assert "no receiver answered, and 1 " in str(error) and "--shared-key" in str(error)
 
 
 def test_a_sink_that_dies_mid_stream_stops_the_service_with_1_and_says_what_it_wrote(

@@ -115,7 +115,7 @@ def test_a_receiver_that_lost_end_ends_on_a_repeat():
     for buf in _run_timers(tx, 5.0):
         rx.receive_data(buf, 0.5)
     stream = rx.tracker.per_sender()[0]
-    assert stream["status"] == "complete" and ("S", 1) in rx.ends
+    assert stream["status"] == "complete" and ("S", 1) in rx.endings.ends
 
 
 def test_frames_without_new_fields_keep_the_older_layout():

@@ -41,7 +41,6 @@ from ..wire.codec import (
     Gone,
     Hello,
     RData,
-    Receipt,
     Repair,
     decode,
     decode_data,
@@ -50,8 +49,8 @@ from ..wire.codec import (
     untarget,
 )
 from ..wire.endpoint import Endpoint
+from .endings import Key, StreamEndings
 from .repair import RepairRequester
-from .roster import remember
 from .seqtrack import SequenceTracker
 from .timeline import Timeline
 
@@ -64,8 +63,6 @@ GRTT_HOLD_S = 5.0
 ROOM_SHARE = 0.4
 #: RTTs above this are taken as this (a forged or absurd advertisement), s.
 MAX_GRTT_S = 2.0
-
-Key = tuple[str, int]
 
 
 class Message(NamedTuple):
@@ -132,12 +129,7 @@ class ReceiverCore(Endpoint):
                                   "feedback", "flow_frames"),
                                  interval_s=cfg.timeline_interval_s)
         self.read_chunk = max(1, min(256, cap // 20))  # frames (and messages) per look
-        self.ends: dict[Key, int] = {}
-        #: streams whose END came and whose RECEIPT is due once they are settled here
-        self._receipts_due: dict[Key, None] = {}
-        self.receipts_sent = 0
-        self.left: dict[Key, None] = {}  # heard senders that left without END (aborted)
-        self._hellos: dict[Key, None] = {}  # senders heard saying HELLO
+        self.endings = StreamEndings(cfg.stream, receiver_id, self.tracker.max_streams)
         self.node_desc, self._log = f"receiver {self.receiver_id}", log
         self._init_endpoint()
         self._t0 = now
@@ -150,7 +142,6 @@ class ReceiverCore(Endpoint):
         #: already buffered for it (and what was sent after the hold-up waits behind it)
         self._backlog = False
         self._drained = False  # the driver's last read emptied the socket
-        self._finished_changed = False
         self.frames_in = self.messages_in = self.dropped = self.delivered = 0
         self.feedback_sent = self.feedback_bytes = self.test_dropped = 0
         self.flow_frames = 0  # of those, the flow policy's: NAKs (nak) or CREDITs (ack)
@@ -260,15 +251,14 @@ class ReceiverCore(Endpoint):
             self._mismatch(f"sender {frame.node} runs mode {frame.mode!r}")
         key = (frame.node, frame.epoch)
         if frame.announce:  # idle: "every seq below next_seq was sent"; no answer
-            if key not in self.ends:
+            if key not in self.endings.ends:
                 self.tracker.on_announce(frame.node, frame.epoch, frame.next_seq)
                 self.flow.on_sender(key, frame.next_seq, now=now)
             return
         # a sender repeats HELLO while it waits (for receivers, or for credit)
         self.flow.on_sender(key, frame.next_seq, now=now, waiting=True)
         self.tracker.on_hello(frame.node, frame.epoch, frame.next_seq)
-        if key not in self._hellos:
-            remember(self._hellos, key, self.tracker.max_streams)
+        self.endings.on_hello(key)
         # the answer echoes the sender's stamp: the sender measures the round trip on
         # its own clock; and says the queue's room: a starting sender's first window
         self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0,
@@ -290,20 +280,12 @@ class ReceiverCore(Endpoint):
     def _on_end(self, frame: End) -> None:
         key = (frame.sender, frame.epoch)
         self._answered(frame.sender, frame.epoch)
-        heard = key in self._hellos or key in self.tracker.streams
+        tracked = key in self.tracker.streams
         self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
         self.flow.on_sender_gone(key)
         self.progress.forget(key)
         self.signals.forget(frame.sender)
-        if heard:  # every END of a stream heard here (a repeat too: the sender did not get
-            # the receipt) is answered once the stream is settled here (``_receipts``); a
-            # made-up sender's END gets nothing
-            remember(self._receipts_due, key, self.tracker.max_streams)
-        if heard and key not in self.ends:
-            self.ends[key] = frame.final_seq
-            if len(self.ends) > self.tracker.max_streams:  # bounded, like the tracker
-                del self.ends[next(iter(self.ends))]
-            self._finished_changed = True
+        if self.endings.on_end(key, frame.final_seq, tracked=tracked):
             self._event(StreamEnded(frame.sender, frame.epoch, frame.final_seq))
 
     def _on_gone(self, frame: Gone) -> None:
@@ -325,10 +307,7 @@ class ReceiverCore(Endpoint):
         self.flow.on_sender_gone(key)
         self.progress.forget(key)
         self.signals.forget(frame.node)
-        if key not in self.ends and key not in self.left and (
-                key in self._hellos or key in self.tracker.streams):
-            remember(self.left, key, self.tracker.max_streams)
-            self._finished_changed = True
+        if self.endings.on_bye(key, tracked=key in self.tracker.streams):
             self._event(SenderLeft(frame.node, frame.epoch))
 
     def receive_overheard(self, buf: bytes, now: float) -> None:
@@ -357,9 +336,10 @@ class ReceiverCore(Endpoint):
         self.consumed(released, depth, queue.delivered, now)
         if now >= self._next_hello or self._due(now):
             self.handle_timer(now)
-        if self._finished_changed:
-            self._finished_changed = False
-            queue.set_ends(self.ends, len(self.left))
+        endings = self.endings
+        if endings.changed:
+            endings.changed = False
+            queue.set_ends(endings.ends, len(endings.left))
 
     def deliveries(self) -> deque[tuple[Key, Message]]:
         """New messages, oldest first, as ``(stream key, Message)``: the driver's queue
@@ -463,30 +443,19 @@ class ReceiverCore(Endpoint):
         if self.requester is not None:
             for frame in self.requester.poll(seen / self.capacity_msgs, now=now):
                 self._send(frame, now)
-        if self._receipts_due:
+        if self.endings.receipts_due:
             self._receipts(now)
         if self.timeline.due(now):
             self.timeline.sample(now, depth, seen, self.messages_in, self.delivered,
                                  self.dropped, self.feedback_sent, self.flow_frames)
 
     def _receipts(self, now: float) -> None:
-        """A RECEIPT for each ended stream that is settled here: nothing of it still asked
-        for (repairs), nothing of it still waiting to enter the queue. It says what the
-        stream lacks here for good (all zeros: complete)."""
-        tracker, due = self.tracker, self._receipts_due
+        """The RECEIPTs due (``StreamEndings.receipts``)."""
+        tracker = self.tracker
         entering = {key for key, _msg in self._pending} if self._pending else ()
-        for key in list(due):
-            st = tracker.streams.get(key)
-            if st is None or st.final_seq is None:  # forgotten meanwhile (max_streams)
-                del due[key]
-                continue
-            if key in tracker.with_gaps or key in entering:
-                continue
-            del due[key]
-            self.receipts_sent += 1
-            self._send(Receipt(self.stream, self.receiver_id, key[0], key[1], st.final_seq,
-                               (st.lost, st.dropped, st.beyond_history, st.missed_before_join),
-                               now + self.wall_offset), now)
+        for receipt in self.endings.receipts(tracker.streams, tracker.with_gaps, entering,
+                                             now + self.wall_offset):
+            self._send(receipt, now)
 
     def _room(self, now: float) -> tuple[int, float]:
         """For PROGRESS: the room left below ROOM_SHARE of the queue, messages (a start
@@ -571,7 +540,7 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "auth": None if core.mac is None else core.mac.snapshot(),
         "feedback_frames": core.feedback_sent, "feedback_bytes": core.feedback_bytes,
         "flow_frames": core.flow_frames, "progress_sent": core.progress.sent,
-        "receipts_sent": core.receipts_sent,
+        "receipts_sent": core.endings.receipts_sent,
         "senders": core.tracker.per_sender(),
         "io_behind_polls": core.io_behind_polls,
         "late_max_ms": round(core.late_max * 1000, 3),

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..config import SenderConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, PeerMismatch
 from ..events import BeyondHistory, Closed, Confirmed, ReceiverJoined, ReceiverLeft
 from ..policy.bucket import TokenBucket
 from ..policy.registry import is_other_modes_feedback, make_sender_flow
@@ -39,28 +39,16 @@ from .close import CloseTally, receiver_of
 from .framer import Framer
 from .lifecycle import CLOSED, CLOSING, OPEN, Lifecycle
 from .repair_server import REPAIR_POLL_S, RepairServer
-from .roster import ReceiverRoster, remember
+from .roster import ReceiverRoster
 from .tail import TailAnnouncer
 from .timeline import Timeline
+from .wait import ReceiverWait
 
 __all__ = ["ALLOWANCE_MSGS", "BatchOffer", "SenderCore", "sender_snapshot"]
 
 log = logging.getLogger("nakflow.live.sender")
 MAX_BATCH_MSGS = 1024  # payloads per DATA frame in offer_batch
 MAX_BATCH_BYTES = 256 * 1024
-
-
-#: A waiting sender gives up on a receiver that answered in another mode once this long
-#: passed without enough receivers of its own mode answering, s: real receivers answer
-#: each HELLO (one every 0.1 s at most while waiting) within milliseconds.
-MISMATCH_GRACE_S = 0.5
-
-#: A sender that waits for receivers says HELLO again this soon, then twice as long each
-#: time up to ``hello_interval_s``: its first HELLO often leaves before ZeroMQ has
-#: connected (a PUB drops what no subscriber asked for yet), and waiting a whole interval
-#: for the second held a task of ``nakflow eval`` 0.10-0.12 s before its first message,
-#: where one answered within 2-18 ms of this schedule.
-HELLO_FIRST_GAP_S = 0.002
 
 #: NAK signals that, after END, say a receiver still reads frames sent long ago (a socket
 #: backlog): it has not reached END and may yet find drops to ask for. Not its queue's
@@ -114,13 +102,7 @@ class SenderCore(Endpoint):
         self.life = Lifecycle()
         self._t0 = now
         self.first_data_t: float | None = None  # when the first DATA frame went out
-        self._wanted = 0  # receivers the driver waits for (HELLO meanwhile)
-        #: the first receiver that answered this sender's HELLO in another mode, and when
-        self.answer_mismatch: str | None = None
-        self._answer_mismatch_at = math.inf
-        self._other_mode: dict[str, None] = {}  # receivers that answered in another mode
-        self._next_hello = now
-        self._hello_gap = cfg.hello_interval_s  # until the next HELLO (see HELLO_FIRST_GAP_S)
+        self.waiting = ReceiverWait(cfg.mode, cfg.hello_interval_s, now)
         self._linger_from = self._linger_next = 0.0  # after close: since when, next look
         self.tail = TailAnnouncer(now)
         self.timer_changed = False
@@ -180,7 +162,7 @@ class SenderCore(Endpoint):
             granted, delay = self.policy.admit(1, now=now)
             if not granted:
                 if adm.block(now, delay):  # waiting for credit: new receivers must learn
-                    self._next_hello = min(self._next_hello, now)  # of us (HELLO)
+                    self.waiting.hurry(now)  # of us (HELLO)
                     self.timer_changed = True
                 return delay
             adm.allow, adm.until = 1, now + ALLOWANCE_S
@@ -216,7 +198,7 @@ class SenderCore(Endpoint):
         granted, wait = self.policy.admit(i - start, now=now)
         if not granted:
             if self.admission.block(now, wait):
-                self._next_hello = min(self._next_hello, now)
+                self.waiting.hurry(now)
                 self.timer_changed = True
             return 0, wait
         self.admission.unblock(now)
@@ -303,37 +285,20 @@ class SenderCore(Endpoint):
 
     def want_receivers(self, n: int, now: float) -> None:
         """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done)."""
-        self._wanted = n
-        self._hello_gap = HELLO_FIRST_GAP_S if n else self.config.hello_interval_s
-        if n:
-            self._next_hello = now
+        if self.waiting.want(n, now):
             self.timer_changed = True
 
     def receivers_ready(self) -> int:
         """Receivers that answered our HELLO in this mode and may be sent to (ack: have
         granted)."""
-        answered, other = self.roster.answered, self._other_mode
-        if other:
-            answered = {r: None for r in answered if r not in other}
-        return self.policy.ready(answered)
+        return self.policy.ready(self.waiting.ready(self.roster.answered))
 
-    def wait_problem(self, now: float, *, timed_out: bool = False) -> str | None:
-        """Why waiting for receivers cannot succeed (None: it still can; the driver asks
-        only while too few are ready, and raises ``PeerMismatch`` with it). A receiver that
-        answered this sender's HELLO in another mode: once MISMATCH_GRACE_S passed without
-        enough receivers of this mode answering (no wait mends it; and on an open channel
-        a forged answer cannot stop a sender whose real receivers answer within the grace).
-        Frames refused for their shared key: only once the wait ran out (``timed_out``), as
-        the likely cause; a receiver with another key cannot read the HELLO to answer it,
-        and such frames may as well come from a forger, who must not stop a sender."""
-        if self.answer_mismatch is not None and (
-                timed_out or now - self._answer_mismatch_at >= MISMATCH_GRACE_S):
-            return f"{self.answer_mismatch} (check every side's --mode)"
-        if timed_out and self.key_mismatch_detail is not None:
-            return (f"no receiver answered, and {self.key_mismatch:,} {self.key_mismatch_detail}"
-                    " were heard on the feedback channel: a receiver with another "
-                    "--shared-key? (check every side's --shared-key)")
-        return None
+    def wait_error(self, now: float, *, timed_out: bool = False) -> PeerMismatch | None:
+        """Why waiting for receivers cannot succeed, to raise (None: it still can; the
+        driver asks only while too few are ready): ``ReceiverWait.error``."""
+        heard = (None if self.key_mismatch_detail is None
+                 else f"{self.key_mismatch:,} {self.key_mismatch_detail}")
+        return self.waiting.error(now, timed_out=timed_out, key_mismatch=heard)
 
     def wait_over(self, now: float) -> None:
         """The driver stopped waiting for admission (gave up): count the time waited."""
@@ -413,14 +378,7 @@ class SenderCore(Endpoint):
             self.policy.set_rtt(self.roster.rtt_s)
         if frame.mode != self.mode:
             self._mismatch(f"receiver {frame.node} runs mode {frame.mode!r}")
-            if me:  # it answered us: no stray frame
-                remember(self._other_mode, frame.node)
-                if self.answer_mismatch is None:
-                    self.answer_mismatch = (f"receiver {frame.node} runs mode "
-                                            f"{frame.mode!r}, this sender runs {self.mode!r}")
-                    self._answer_mismatch_at = now
-        else:
-            self._other_mode.pop(frame.node, None)
+        self.waiting.on_hello(frame.node, frame.mode, now, echoes_us=me)
 
     def _on_repair(self, frame: Repair, now: float) -> None:
         if self.repairs is None:
@@ -438,8 +396,8 @@ class SenderCore(Endpoint):
         for d in (self.batch.deadline(), self.policy.next_deadline() if waiting else None):
             if d is not None and d < t:
                 t = d
-        if self._wanted or self.admission.on_credit:
-            t = min(t, self._next_hello)
+        if self.waiting.wanted or self.admission.on_credit:
+            t = min(t, self.waiting.due_at)
         if self.life.state == CLOSING:
             t = min(t, self._linger_next, self.tail.end_at)
         elif self.life.state == OPEN:
@@ -456,7 +414,8 @@ class SenderCore(Endpoint):
         self._serve_repairs(now)
         for receiver, why in self.policy.on_timer(now=now):
             self._event(ReceiverLeft(receiver, why))
-        if (self._wanted or self.admission.on_credit) and now >= self._next_hello:
+        wait = self.waiting
+        if (wait.wanted or self.admission.on_credit) and now >= wait.due_at:
             self._hello(now)
         state = self.life.state
         tail, seq = self.tail, self.framer.seq
@@ -521,9 +480,7 @@ class SenderCore(Endpoint):
             self.timer_changed = True  # a frame began to linger
 
     def _hello(self, now: float) -> None:
-        gap = min(self._hello_gap, self.config.hello_interval_s)
-        self._hello_gap = 2 * gap
-        self._next_hello = now + gap
+        self.waiting.said_hello(now)
         self.outbox.append(self.framer.hello(now))
 
     def _bye(self, now: float) -> None:

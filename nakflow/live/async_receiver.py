@@ -17,7 +17,8 @@ import zmq.asyncio
 from transports import SocketOptions, drain, open_receiver_sockets
 
 from ..config import ReceiverConfig, with_overrides
-from ..core.receiver_core import Key, Message, ReceiverCore
+from ..core.endings import Key
+from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
 from .async_common import IDLE_POLL_S, no_curve, shadow
 from .delivery_queue import DeliveryQueue

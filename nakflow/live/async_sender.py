@@ -26,7 +26,6 @@ from transports import (
 
 from ..config import SenderConfig, with_overrides
 from ..core.sender_core import SenderCore
-from ..errors import KeyMismatch, PeerMismatch
 from ..events import Event
 from .async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
 
@@ -105,14 +104,11 @@ class AsyncSender:
             while True:
                 if (ready := core.receivers_ready()) >= n:
                     return ready
-                if (problem := core.wait_problem(time.monotonic())) is not None:
-                    raise PeerMismatch(problem)
+                if (error := core.wait_error(time.monotonic())) is not None:
+                    raise error
                 if time.monotonic() >= end:
-                    problem = core.wait_problem(time.monotonic(), timed_out=True)
-                    if problem is not None:
-                        raise KeyMismatch(problem) if core.answer_mismatch is None \
-                            else PeerMismatch(problem)
-                    raise TimeoutError(f"{ready} of {n} receivers answered in {timeout} s")
+                    raise core.wait_error(time.monotonic(), timed_out=True) or TimeoutError(
+                        f"{ready} of {n} receivers answered in {timeout} s")
                 await self._progressed(end - time.monotonic())
         finally:
             core.want_receivers(0, time.monotonic())

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sized
 from operator import itemgetter
 from typing import Any
 
-from ..core.receiver_core import Key, Message
+from ..core.endings import Key
+from ..core.receiver_core import Message
 
 LATENCY_SAMPLES = 1 << 16
 LATENCY_PER_CALL = 32  # latency samples taken per take() call, at most about

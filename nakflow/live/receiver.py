@@ -21,7 +21,8 @@ import zmq
 from transports import SocketOptions, drain, open_receiver_sockets
 
 from ..config import OVERFLOW_POLICIES, ReceiverConfig, with_overrides
-from ..core.receiver_core import Key, Message, ReceiverCore
+from ..core.endings import Key
+from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness

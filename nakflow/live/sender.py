@@ -32,7 +32,6 @@ from transports import (
 
 from ..config import SenderConfig, with_overrides
 from ..core.sender_core import SenderCore
-from ..errors import KeyMismatch, PeerMismatch
 from ..events import Event
 from ..policy.rate_memory import RATE_MEMORY
 
@@ -192,14 +191,11 @@ class Sender:
                 while True:
                     if (ready := core.receivers_ready()) >= n:
                         return ready
-                    if (problem := core.wait_problem(now)) is not None:
-                        raise PeerMismatch(problem)
+                    if (error := core.wait_error(now)) is not None:
+                        raise error
                     if now >= end:
-                        problem = core.wait_problem(now, timed_out=True)
-                        if problem is not None:
-                            raise KeyMismatch(problem) if core.answer_mismatch is None \
-                                else PeerMismatch(problem)
-                        raise TimeoutError(f"{ready} of {n} receivers answered in {timeout} s")
+                        raise core.wait_error(now, timed_out=True) or TimeoutError(
+                            f"{ready} of {n} receivers answered in {timeout} s")
                     self._service(now, max(0.0, min(end, self._timer_at(end)) - now))
                     now = time.monotonic()
             finally:

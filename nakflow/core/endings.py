@@ -1,0 +1,83 @@
+"""How a receiver's streams end (sans-I/O): the senders heard, the ENDs of their streams,
+those that left without one, and the RECEIPT each END is owed once its stream is settled
+here. ``ReceiverCore`` owns one and sends the receipts it hands out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from ..wire.codec import Receipt
+from .roster import remember
+
+Key = tuple[str, int]  # (sender, epoch)
+
+
+class StreamEndings:
+    """``ends``: final seq per ended stream, ``left``: streams whose sender left without
+    END (aborted); both bounded by ``max_streams``, like the sequence tracker."""
+
+    def __init__(self, stream: str, receiver_id: str, max_streams: int) -> None:
+        self.stream, self.receiver_id, self.max_streams = stream, receiver_id, max_streams
+        self.ends: dict[Key, int] = {}
+        self.left: dict[Key, None] = {}
+        self._hellos: dict[Key, None] = {}  # senders heard saying HELLO
+        #: streams whose END came and whose RECEIPT is due once they are settled here
+        self._due: dict[Key, None] = {}
+        self.receipts_sent = 0
+        self.changed = False  # ``ends`` or ``left`` changed since the driver's queue heard
+
+    def on_hello(self, key: Key) -> None:
+        if key not in self._hellos:
+            remember(self._hellos, key, self.max_streams)
+
+    def on_end(self, key: Key, final_seq: int, *, tracked: bool) -> bool:
+        """END of ``key`` (``tracked``: the tracker had its stream before this END): True
+        if it is news (``events.StreamEnded``). Every END of a stream heard here (a repeat
+        too: the sender did not get the receipt) is answered once the stream is settled
+        (``receipts``); a made-up sender's END gets nothing."""
+        if not (key in self._hellos or tracked):
+            return False
+        remember(self._due, key, self.max_streams)
+        if key in self.ends:
+            return False
+        self.ends[key] = final_seq
+        if len(self.ends) > self.max_streams:
+            del self.ends[next(iter(self.ends))]
+        self.changed = True
+        return True
+
+    def on_bye(self, key: Key, *, tracked: bool) -> bool:
+        """The sender of ``key`` left: True if it left without END (``events.SenderLeft``):
+        its stream stays incomplete. After END this changes nothing."""
+        if key in self.ends or key in self.left or not (key in self._hellos or tracked):
+            return False
+        remember(self.left, key, self.max_streams)
+        self.changed = True
+        return True
+
+    @property
+    def receipts_due(self) -> bool:
+        return bool(self._due)
+
+    def receipts(self, streams: dict[Key, Any], asking: Collection[Key],
+                 entering: Collection[Key], wall_now: float) -> list[Receipt]:
+        """A RECEIPT for each ended stream that is settled here: nothing of it still asked
+        for (not in ``asking``: streams with gaps), nothing of it still waiting to enter
+        the queue (``entering``). It says what the stream lacks here for good (all zeros:
+        complete). ``streams``: the tracker's, by key."""
+        out, due = [], self._due
+        for key in list(due):
+            st = streams.get(key)
+            if st is None or st.final_seq is None:  # forgotten meanwhile (max_streams)
+                del due[key]
+                continue
+            if key in asking or key in entering:
+                continue
+            del due[key]
+            out.append(Receipt(self.stream, self.receiver_id, key[0], key[1], st.final_seq,
+                               (st.lost, st.dropped, st.beyond_history,
+                                st.missed_before_join), wall_now))
+        self.receipts_sent += len(out)
+        return out
