@@ -102,7 +102,7 @@ class SenderCore(Endpoint):
         self.life = Lifecycle()
         self._t0 = now
         self.first_data_t: float | None = None  # when the first DATA frame went out
-        self.waiting = ReceiverWait(cfg.mode, cfg.hello_interval_s, now)
+        self.receiver_wait = ReceiverWait(cfg.mode, cfg.hello_interval_s, now)
         self._linger_from = self._linger_next = 0.0  # after close: since when, next look
         self.tail = TailAnnouncer(now)
         self.timer_changed = False
@@ -162,7 +162,7 @@ class SenderCore(Endpoint):
             granted, delay = self.policy.admit(1, now=now)
             if not granted:
                 if adm.block(now, delay):  # waiting for credit: new receivers must learn
-                    self.waiting.hurry(now)  # of us (HELLO)
+                    self.receiver_wait.hurry(now)  # of us (HELLO)
                     self.timer_changed = True
                 return delay
             adm.allow, adm.until = 1, now + ALLOWANCE_S
@@ -198,7 +198,7 @@ class SenderCore(Endpoint):
         granted, wait = self.policy.admit(i - start, now=now)
         if not granted:
             if self.admission.block(now, wait):
-                self.waiting.hurry(now)
+                self.receiver_wait.hurry(now)
                 self.timer_changed = True
             return 0, wait
         self.admission.unblock(now)
@@ -285,20 +285,20 @@ class SenderCore(Endpoint):
 
     def want_receivers(self, n: int, now: float) -> None:
         """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done)."""
-        if self.waiting.want(n, now):
+        if self.receiver_wait.want(n, now):
             self.timer_changed = True
 
     def receivers_ready(self) -> int:
         """Receivers that answered our HELLO in this mode and may be sent to (ack: have
         granted)."""
-        return self.policy.ready(self.waiting.ready(self.roster.answered))
+        return self.policy.ready(self.receiver_wait.ready(self.roster.answered))
 
     def wait_error(self, now: float, *, timed_out: bool = False) -> PeerMismatch | None:
         """Why waiting for receivers cannot succeed, to raise (None: it still can; the
         driver asks only while too few are ready): ``ReceiverWait.error``."""
         heard = (None if self.key_mismatch_detail is None
                  else f"{self.key_mismatch:,} {self.key_mismatch_detail}")
-        return self.waiting.error(now, timed_out=timed_out, key_mismatch=heard)
+        return self.receiver_wait.error(now, timed_out=timed_out, key_mismatch=heard)
 
     def wait_over(self, now: float) -> None:
         """The driver stopped waiting for admission (gave up): count the time waited."""
@@ -378,7 +378,7 @@ class SenderCore(Endpoint):
             self.policy.set_rtt(self.roster.rtt_s)
         if frame.mode != self.mode:
             self._mismatch(f"receiver {frame.node} runs mode {frame.mode!r}")
-        self.waiting.on_hello(frame.node, frame.mode, now, echoes_us=me)
+        self.receiver_wait.on_hello(frame.node, frame.mode, now, echoes_us=me)
 
     def _on_repair(self, frame: Repair, now: float) -> None:
         if self.repairs is None:
@@ -396,8 +396,8 @@ class SenderCore(Endpoint):
         for d in (self.batch.deadline(), self.policy.next_deadline() if waiting else None):
             if d is not None and d < t:
                 t = d
-        if self.waiting.wanted or self.admission.on_credit:
-            t = min(t, self.waiting.due_at)
+        if self.receiver_wait.wanted or self.admission.on_credit:
+            t = min(t, self.receiver_wait.due_at)
         if self.life.state == CLOSING:
             t = min(t, self._linger_next, self.tail.end_at)
         elif self.life.state == OPEN:
@@ -414,8 +414,8 @@ class SenderCore(Endpoint):
         self._serve_repairs(now)
         for receiver, why in self.policy.on_timer(now=now):
             self._event(ReceiverLeft(receiver, why))
-        wait = self.waiting
-        if (wait.wanted or self.admission.on_credit) and now >= wait.due_at:
+        rw = self.receiver_wait
+        if (rw.wanted or self.admission.on_credit) and now >= rw.due_at:
             self._hello(now)
         state = self.life.state
         tail, seq = self.tail, self.framer.seq
@@ -480,7 +480,7 @@ class SenderCore(Endpoint):
             self.timer_changed = True  # a frame began to linger
 
     def _hello(self, now: float) -> None:
-        self.waiting.said_hello(now)
+        self.receiver_wait.said_hello(now)
         self.outbox.append(self.framer.hello(now))
 
     def _bye(self, now: float) -> None:
