@@ -480,6 +480,18 @@ def w8_healthy(count: int, repeats: int | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def start_label(start: dict[str, Any]) -> str:
+    """W8's ``start`` column: why the sender's start ended and when (s after it began),
+    ``open (N rounds)`` where the stream ended inside it (a short run on a fast machine:
+    30,000 msgs at 300,000 msgs/s take 0.1 s, about what a start lasts), ``-`` without a
+    start (ACK, ``none``)."""
+    if not start:
+        return "-"
+    if start.get("ended") and start.get("ended_s") is not None:
+        return f"{start['ended']} {start['ended_s']:.2f}s"
+    return f"open ({start.get('rounds', 0)} rounds)"
+
+
 def w8_run(mode: str, n: int, size: int) -> tuple[float, float, dict[str, Any]]:
     """One W8 run: (delivered rate, mid-run rate, the row's figures)."""
     specs = [ReceiverSpec(f"r{i}", capacity_msgs=10_000) for i in range(4)]
@@ -494,8 +506,7 @@ def w8_run(mode: str, n: int, size: int) -> tuple[float, float, dict[str, Any]]:
         "send_rate": round(s["rate_msgs"]), "delivered_rate": round(rate),
         "mid_rate": round(mid),
         "sent_0.1s": round(float(np.interp(t0 + W8_FIRST_S, tl["t"], tl["sent"]))),
-        "start": (f"{start['ended']} {start['ended_s']:.2f}s" if start.get("ended")
-                  and start.get("ended_s") is not None else "-"),
+        "start": start_label(start),
         "cuts": s["cuts"],
         "cut_by": ",".join(f"{k} {v}" for k, v in sorted(s["cuts_by_signal"].items())) or "-",
         "ack_stalled_s": round(s["credit_stalled_s"], 2),

@@ -4,6 +4,7 @@ speed is measured by the suite, not asserted by tests)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -53,7 +54,10 @@ def test_benchmark_suite_smoke(tmp_path):
     assert all(r["missing"] == 0 for r in results["W8"])
     for ack, nak, median in zip(*[iter(results["W8"])] * 3, strict=True):
         assert ack["x_ack"] == 1.0 and median["x_ack"] == nak["x_ack"]
-        assert nak["start"] != "-" and ack["start"] == "-" and nak["tx_cpu_us"] > 0
+        # NAK's start ended on a signal, or the run ended inside it (a fast machine sends
+        # the short run's 30,000 in about a start's 0.1 s); ACK has none
+        assert re.fullmatch(r"(\w+ \d+\.\d\ds|open \(\d+ rounds\))", nak["start"]), nak
+        assert ack["start"] == "-" and nak["tx_cpu_us"] > 0
         assert all(0 < r["sent_0.1s"] <= r["count"] for r in (ack, nak))  # the start's cost
     assert all(r["missing"] == 0 for r in results["W7"] if r["peer"] != "nakflow none")
     w2 = {r["peer"]: r for r in results["W2"]}
