@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -244,3 +245,43 @@ def test_a_close_cancelled_while_it_waits_ends_with_the_receiver_unconfirmed():
     assert snap["state"] == "closed" and snap["sent"] == 100
     assert [(a["receiver"], a["status"], a["why"]) for a in snap["at_close"]] == [
         ("stopped", "unconfirmed", "the close was cut short before its receipt")]
+
+
+def test_an_async_sender_remembering_its_path_starts_where_the_last_one_ended():
+    """``remember_rate`` is the core's, so the asyncio driver keeps it as the threaded one
+    does (it ignored it): a second AsyncSender on the path starts from the first's
+    validated rate, a threaded Sender after them too; a sender that aborts leaves none."""
+    from nakflow.policy.rate_memory import RATE_MEMORY
+
+    async def main():
+        async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak",
+                                 capacity_msgs=50_000, stream="amem") as rx:
+            async def run(*, abort: bool = False) -> AsyncSender:
+                tx = AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="nak",
+                                 stream="amem", remember_rate=True)
+                await tx.wait_for_receivers(1)
+                await tx.send_batch([b"m" * 50] * 20_000)
+                await (tx.abort() if abort else tx.close())
+                while await rx.get_many(100_000, timeout=0.5):  # empty it for the next
+                    pass
+                return tx
+
+            key = ("amem", tuple(sorted(rx.data_endpoints)))
+            first = await run()
+            left = RATE_MEMORY.recall(key, now=time.monotonic())
+            second = await run()
+            kept = RATE_MEMORY._paths[key]  # (rate, when) the second left
+            aborted = await run(abort=True)
+            after_abort = RATE_MEMORY._paths[key]
+            threaded = Sender(rx.data_endpoints, rx.feedback_endpoints, mode="nak",
+                              stream="amem", remember_rate=True)
+            threaded.abort()
+            return first, left, second, kept, aborted, after_abort, threaded
+
+    first, left, second, kept, aborted, after_abort, threaded = asyncio.run(main())
+    assert first.core.start_rate_msgs is None and left is not None
+    assert second.core.start_rate_msgs == left
+    assert second.core.policy.controller.config.initial_rate_msgs == left
+    assert aborted.core.start_rate_msgs == kept[0]  # it started from there, and left
+    assert after_abort == kept  # nothing: an aborted stream says nothing of its path
+    assert threaded.start_rate_msgs == kept[0]  # the same memory, either driver

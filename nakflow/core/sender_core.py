@@ -29,6 +29,7 @@ from ..config import SenderConfig
 from ..errors import ConfigError, PeerMismatch
 from ..events import BeyondHistory, Closed, Confirmed, ReceiverJoined, ReceiverLeft
 from ..policy.bucket import TokenBucket
+from ..policy.rate_memory import RateMemory
 from ..policy.registry import is_other_modes_feedback, make_sender_flow
 from ..wire.auth import FrameAuth
 from ..wire.codec import SIGNAL_CODES, Bye, Hello, Nak, Progress, Receipt, Repair, decode
@@ -59,15 +60,26 @@ BEHIND = frozenset((SIGNAL_CODES["delay"], SIGNAL_CODES["silence"]))
 
 class SenderCore(Endpoint):
     """Sender protocol state. ``config`` must carry its ``sender_id`` and ``epoch``
-    (``SenderConfig.named``). Every frame it hands out is ready to go (sealed if keyed)."""
+    (``SenderConfig.named``). Every frame it hands out is ready to go (sealed if keyed).
+    ``multicast``: the data goes to a group. ``path`` (the data endpoints) and
+    ``rate_memory``: with ``remember_rate`` (nak) it starts from the rate the memory holds
+    for its path, and leaves its validated rate there once an exact close is over."""
 
     def __init__(self, config: SenderConfig, *, now: float, wall_offset: float = 0.0,
-                 start_rate_msgs: float | None = None, multicast: bool = False) -> None:
+                 multicast: bool = False, path: Sequence[str] = (),
+                 rate_memory: RateMemory | None = None) -> None:
         sender_id, epoch = config.sender_id, config.epoch
         if sender_id is None or epoch is None:
             raise ConfigError("SenderCore needs a sender_id and epoch (SenderConfig.named)")
         self.config = cfg = config
         self.mode, self.stream, self.sender_id, self.epoch = cfg.mode, cfg.stream, sender_id, epoch
+        #: where a ``remember_rate`` sender (nak) finds and leaves its path's rate: the
+        #: memory and the path's key (its stream and data endpoints, ``path``)
+        self._memory = (None if rate_memory is None or not cfg.remember_rate
+                        or cfg.mode != "nak"
+                        else (rate_memory, (cfg.stream, tuple(sorted(path)))))
+        start_rate_msgs = (None if self._memory is None
+                           else self._memory[0].recall(self._memory[1], now=now))
         nak = cfg.nak
         if start_rate_msgs is not None:  # a rate remembered for this path
             nak = replace(nak, initial_rate_msgs=min(max(start_rate_msgs, nak.min_rate_msgs),
@@ -452,6 +464,10 @@ class SenderCore(Endpoint):
             tally.finish()
             self._take_outcomes()
             self.life.step("done")
+            if self._memory is not None:  # an exact close: what the path took is known
+                rate = self.policy.validated_rate(now=now)
+                if rate is not None:
+                    self._memory[0].remember(self._memory[1], rate, now=now)
             self._bye(now)
             return
         self._take_outcomes()

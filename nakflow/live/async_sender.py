@@ -27,6 +27,7 @@ from transports import (
 from ..config import SenderConfig, with_overrides
 from ..core.sender_core import SenderCore
 from ..events import Event
+from ..policy.rate_memory import RATE_MEMORY
 from .async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
 
 
@@ -45,7 +46,8 @@ class AsyncSender:
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
         self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0,
-                               multicast=any(map(is_multicast, data_uris)))
+                               multicast=any(map(is_multicast, data_uris)), path=data_uris,
+                               rate_memory=RATE_MEMORY)
         self._on_event = on_event
         ctx: Any = context or zmq.asyncio.Context.instance()  # its sockets are asyncio's
         self._apub, _ = open_pub(ctx, data_uris, bind=False, options=options)

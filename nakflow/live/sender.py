@@ -78,11 +78,9 @@ class Sender:
         cfg = cfg.named(f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
-        self._rate_key = ((cfg.stream, tuple(sorted(data_uris)))
-                          if cfg.remember_rate and cfg.mode == "nak" else None)
-        start = None if self._rate_key is None else RATE_MEMORY.recall(self._rate_key, now=t0)
-        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, start_rate_msgs=start,
-                               multicast=any(map(is_multicast, data_uris)))
+        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0,
+                               multicast=any(map(is_multicast, data_uris)), path=data_uris,
+                               rate_memory=RATE_MEMORY)
         self.config, self._on_event = cfg, on_event
         ctx = context or zmq.Context.instance()
         self._pub, _ = open_pub(ctx, data_uris, bind=False, options=options)
@@ -297,9 +295,6 @@ class Sender:
                     core.abort(time.monotonic())  # close ends here, its report says who
                     self._transmit()  # was still waited for, and BYE goes out
                     raise
-                rate = core.policy.validated_rate(now=now) if end else None
-                if self._rate_key is not None and rate is not None:
-                    RATE_MEMORY.remember(self._rate_key, rate, now=now)
             finally:
                 if self._watch is not None:
                     self._watch.close()
