@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from ..wire import SenderKey
 from ..wire.codec import Receipt
 from .roster import remember
-
-Key = tuple[str, int]  # (sender, epoch)
 
 
 class StreamEndings:
@@ -20,19 +19,19 @@ class StreamEndings:
 
     def __init__(self, stream: str, receiver_id: str, max_streams: int) -> None:
         self.stream, self.receiver_id, self.max_streams = stream, receiver_id, max_streams
-        self.ends: dict[Key, int] = {}
-        self.left: dict[Key, None] = {}
-        self._hellos: dict[Key, None] = {}  # senders heard saying HELLO
+        self.ends: dict[SenderKey, int] = {}
+        self.left: dict[SenderKey, None] = {}
+        self._hellos: dict[SenderKey, None] = {}  # senders heard saying HELLO
         #: streams whose END came and whose RECEIPT is due once they are settled here
-        self._due: dict[Key, None] = {}
+        self._due: dict[SenderKey, None] = {}
         self.receipts_sent = 0
         self.changed = False  # ``ends`` or ``left`` changed since the driver's queue heard
 
-    def on_hello(self, key: Key) -> None:
+    def on_hello(self, key: SenderKey) -> None:
         if key not in self._hellos:
             remember(self._hellos, key, self.max_streams)
 
-    def on_end(self, key: Key, final_seq: int, *, tracked: bool) -> bool:
+    def on_end(self, key: SenderKey, final_seq: int, *, tracked: bool) -> bool:
         """END of ``key`` (``tracked``: the tracker had its stream before this END): True
         if it is news (``events.StreamEnded``). Every END of a stream heard here (a repeat
         too: the sender did not get the receipt) is answered once the stream is settled
@@ -48,7 +47,7 @@ class StreamEndings:
         self.changed = True
         return True
 
-    def on_bye(self, key: Key, *, tracked: bool) -> bool:
+    def on_bye(self, key: SenderKey, *, tracked: bool) -> bool:
         """The sender of ``key`` left: True if it left without END (``events.SenderLeft``):
         its stream stays incomplete. After END this changes nothing."""
         if key in self.ends or key in self.left or not (key in self._hellos or tracked):
@@ -61,8 +60,8 @@ class StreamEndings:
     def receipts_due(self) -> bool:
         return bool(self._due)
 
-    def receipts(self, streams: dict[Key, Any], asking: Collection[Key],
-                 entering: Collection[Key], wall_now: float) -> list[Receipt]:
+    def receipts(self, streams: dict[SenderKey, Any], asking: Collection[SenderKey],
+                 entering: Collection[SenderKey], wall_now: float) -> list[Receipt]:
         """A RECEIPT for each ended stream that is settled here: nothing of it still asked
         for (not in ``asking``: streams with gaps), nothing of it still waiting to enter
         the queue (``entering``). It says what the stream lacks here for good (all zeros:

@@ -31,6 +31,7 @@ from ..policy.fill import Uniform
 from ..policy.progress import ProgressReporter
 from ..policy.registry import is_other_modes_feedback, make_receiver_flow
 from ..policy.signals import PAUSE_S, FillSignals
+from ..wire import SenderKey
 from ..wire.auth import FrameAuth
 from ..wire.codec import (
     TARGET_MAGIC,
@@ -49,7 +50,7 @@ from ..wire.codec import (
     untarget,
 )
 from ..wire.endpoint import Endpoint
-from .endings import Key, StreamEndings
+from .endings import StreamEndings
 from .repair import RepairRequester
 from .seqtrack import SequenceTracker
 from .timeline import Timeline
@@ -83,12 +84,12 @@ class QueueLike(Protocol):
     @property
     def full(self) -> bool: ...
 
-    def put(self, pending: deque[tuple[Key, Message]],
-            hold: bool = False) -> tuple[dict[Key, int], list[Message]]: ...
+    def put(self, pending: deque[tuple[SenderKey, Message]],
+            hold: bool = False) -> tuple[dict[SenderKey, int], list[Message]]: ...
 
-    def released(self) -> tuple[dict[Key, int], int]: ...
+    def released(self) -> tuple[dict[SenderKey, int], int]: ...
 
-    def set_ends(self, ends: dict[Key, int], left: int = 0) -> None: ...
+    def set_ends(self, ends: dict[SenderKey, int], left: int = 0) -> None: ...
 
 
 class ReceiverCore(Endpoint):
@@ -133,7 +134,7 @@ class ReceiverCore(Endpoint):
         self.node_desc, self._log = f"receiver {self.receiver_id}", log
         self._init_endpoint()
         self._t0 = now
-        self._pending: deque[tuple[Key, Message]] = deque()
+        self._pending: deque[tuple[SenderKey, Message]] = deque()
         self._next_hello = now
         self._depth = 0
         self._late = self._woke_late = 0.0
@@ -341,12 +342,12 @@ class ReceiverCore(Endpoint):
             endings.changed = False
             queue.set_ends(endings.ends, len(endings.left))
 
-    def deliveries(self) -> deque[tuple[Key, Message]]:
+    def deliveries(self) -> deque[tuple[SenderKey, Message]]:
         """New messages, oldest first, as ``(stream key, Message)``: the driver's queue
         takes them out of this deque (what it leaves is handed out next time)."""
         return self._pending
 
-    def queued(self, enqueued: dict[Key, int], dropped: list[Message]) -> None:
+    def queued(self, enqueued: dict[SenderKey, int], dropped: list[Message]) -> None:
         """The queue took ``enqueued`` messages per stream and dropped ``dropped`` (its
         own trouble if this receiver was held up: the repair may then come to it alone)."""
         flow, tracker = self.flow, self.tracker
@@ -357,7 +358,7 @@ class ReceiverCore(Endpoint):
             self.dropped += 1
             tracker.on_dropped(msg.sender, msg.epoch, msg.seq, own)
 
-    def consumed(self, released: dict[Key, int], depth: int, delivered: int,
+    def consumed(self, released: dict[SenderKey, int], depth: int, delivered: int,
                  now: float) -> None:
         """``released`` messages per stream left the queue (taken, or dropped as the
         oldest), ``depth`` are in it, the application took ``delivered`` so far: the

@@ -17,9 +17,9 @@ import zmq.asyncio
 from transports import SocketOptions, drain, open_receiver_sockets
 
 from ..config import ReceiverConfig, with_overrides
-from ..core.endings import Key
 from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
+from ..wire import SenderKey
 from .async_common import IDLE_POLL_S, no_curve, shadow
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness
@@ -158,7 +158,7 @@ class AsyncReceiver:
         return (self._queue.finished() >= senders and not self.core.tracker.with_gaps
                 and not len(self._queue) and not self.core.deliveries())
 
-    def ends(self) -> dict[Key, int]:
+    def ends(self) -> dict[SenderKey, int]:
         return self._queue.ends()
 
     async def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sized
 from operator import itemgetter
 from typing import Any
 
-from ..core.endings import Key
 from ..core.receiver_core import Message
+from ..wire import SenderKey
 
 LATENCY_SAMPLES = 1 << 16
 LATENCY_PER_CALL = 32  # latency samples taken per take() call, at most about
@@ -29,7 +29,7 @@ LATENCY_MIN_S, LATENCY_MAX_S = -3_600.0, 86_400.0
 
 _key_of = itemgetter(0)
 _message_of = itemgetter(1)
-Item = tuple[Key, Message]
+Item = tuple[SenderKey, Message]
 
 
 def _percentile(ordered: list[float], q: float) -> float:
@@ -51,9 +51,9 @@ class DeliveryQueue:
         self._wake = wake
         self._wake_every = wake_every
         self._queue: deque[Item] = deque()
-        self._released: dict[Key, int] = {}
+        self._released: dict[SenderKey, int] = {}
         self._since_wake = 0
-        self._ends: dict[Key, int] = {}
+        self._ends: dict[SenderKey, int] = {}
         self.left = 0  # senders that left without END
         self.closed = False  # the I/O thread has finished: nothing more will come
         self.delivered = 0
@@ -136,7 +136,7 @@ class DeliveryQueue:
                 self.cond.wait(min(remaining, 1.0))
         return True
 
-    def ends(self) -> dict[Key, int]:
+    def ends(self) -> dict[SenderKey, int]:
         with self.cond:
             return dict(self._ends)
 
@@ -152,12 +152,12 @@ class DeliveryQueue:
 
     # -- the I/O thread's side -------------------------------------------------
     def put(self, pending: deque[Item], hold: bool = False,
-            ) -> tuple[dict[Key, int], list[Message]]:
+            ) -> tuple[dict[SenderKey, int], list[Message]]:
         """Move ``pending`` into the queue, applying the overflow policy (``block`` leaves
         what does not fit in ``pending``, as any policy does with ``hold``, the core's word
         that what comes is its own backlog): (messages enqueued per stream, those
         dropped)."""
-        enq: dict[Key, int] = {}
+        enq: dict[SenderKey, int] = {}
         dropped: list[Message] = []
         if not pending:
             return enq, dropped
@@ -186,13 +186,13 @@ class DeliveryQueue:
             self.cond.notify_all()
         return enq, dropped
 
-    def released(self) -> tuple[dict[Key, int], int]:
+    def released(self) -> tuple[dict[SenderKey, int], int]:
         """What left the queue since the last call, per stream, and the depth now."""
         with self.cond:
             released, self._released = self._released, {}
             return released, len(self._queue)
 
-    def set_ends(self, ends: dict[Key, int], left: int = 0) -> None:
+    def set_ends(self, ends: dict[SenderKey, int], left: int = 0) -> None:
         """END seen from ``ends``; ``left`` senders left without one."""
         with self.cond:
             self._ends = dict(ends)

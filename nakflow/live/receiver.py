@@ -21,9 +21,9 @@ import zmq
 from transports import SocketOptions, drain, open_receiver_sockets
 
 from ..config import OVERFLOW_POLICIES, ReceiverConfig, with_overrides
-from ..core.endings import Key
 from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
+from ..wire import SenderKey
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness
 
@@ -136,7 +136,7 @@ class Receiver:
     def depth(self) -> int:
         return len(self._queue)
 
-    def ends(self) -> dict[Key, int]:
+    def ends(self) -> dict[SenderKey, int]:
         """END seen: (sender, epoch) -> final seq, of streams heard before their END."""
         return self._queue.ends()
 

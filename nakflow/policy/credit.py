@@ -13,9 +13,7 @@ from typing import Any
 
 from ..config import AckConfig
 from ..errors import ConfigError, CreditViolation
-
-SenderKey = tuple[str, int]
-"""A sender as receivers see it: (sender id, epoch)."""
+from ..wire import SenderKey
 
 #: Peers a ledger (receivers) or a granter (senders) keeps at once. Past it a newcomer
 #: is refused and counted: memory stays bounded whatever ids arrive, and the peers

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..wire import SenderKey
 from ..wire.codec import Progress
 
 __all__ = ["FORGET_S", "REPORT_S", "ProgressReporter"]
@@ -15,8 +16,6 @@ REPORT_S = 0.001
 #: A receiver stops reporting to a sender whose DATA no longer says ``startup``, or none
 #: came for this long, s.
 FORGET_S = 1.0
-
-Key = tuple[str, int]
 
 
 class ProgressReporter:
@@ -32,10 +31,10 @@ class ProgressReporter:
         self.wall_offset = wall_offset
         #: sender key -> [next seq, least path delay since the last report, last report at,
         #: a report is pending, last startup DATA at, least delay seen]
-        self._rows: dict[Key, list[Any]] = {}
+        self._rows: dict[SenderKey, list[Any]] = {}
         self.sent = 0
 
-    def on_data(self, key: Key, next_seq: int, delay: float, room: tuple[int, float],
+    def on_data(self, key: SenderKey, next_seq: int, delay: float, room: tuple[int, float],
                 now: float, late: float = 0.0) -> Progress | None:
         """A startup DATA frame of ``key`` ending at ``next_seq``, ``delay`` s old, of
         which up to ``late`` s this process was late to read it (descheduled, stopped: not
@@ -75,7 +74,7 @@ class ProgressReporter:
         for row in self._rows.values():
             row[3] = True
 
-    def forget(self, key: Key) -> None:
+    def forget(self, key: SenderKey) -> None:
         """``key`` ended, left, or sends DATA without ``startup``: its start is over."""
         self._rows.pop(key, None)
 
@@ -97,7 +96,7 @@ class ProgressReporter:
                 t = due
         return None if math.isinf(t) else t
 
-    def _report(self, key: Key, row: list[Any], room: tuple[int, float],
+    def _report(self, key: SenderKey, row: list[Any], room: tuple[int, float],
                 now: float) -> Progress:
         delay = row[1] if math.isfinite(row[1]) else 0.0  # room made, no frame since
         frame = Progress(self.stream, self.receiver, key[0], key[1], row[0], room[0],

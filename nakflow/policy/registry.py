@@ -18,10 +18,11 @@ from dataclasses import replace
 from typing import Any, ClassVar, TypeGuard
 
 from ..config import AckConfig, NakConfig, check_mode
+from ..wire import SenderKey
 from ..wire.codec import SIGNAL_CODES, SIGNALS, Credit, Frame, Hello, Nak, Progress
 from .attribution import CutLog
 from .bucket import TokenBucket
-from .credit import WAITING_FRESH_S, CreditGranter, CreditLedger, SenderKey
+from .credit import WAITING_FRESH_S, CreditGranter, CreditLedger
 from .fill import (
     BACKOFF_LAMBDA,
     MAX_BACKOFF_WINDOWS,

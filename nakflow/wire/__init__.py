@@ -33,7 +33,11 @@ from .codec import (
     untarget,
 )
 
+SenderKey = tuple[str, int]
+"""A sender's stream as its frames name it: (sender id, epoch). Receivers key their
+streams, credits, reports and endings by it."""
+
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "RECEIPT_REASONS", "SIGNALS", "TARGET_MAGIC", "VERSION",
            "Bye", "Credit", "Data", "End", "Frame", "FrameAuth", "Gone", "Hello", "Nak",
-           "Progress", "ProtocolError", "RData", "Receipt", "Repair", "decode", "decode_data",
-           "encode", "encode_data", "target_prefix", "untarget"]
+           "Progress", "ProtocolError", "RData", "Receipt", "Repair", "SenderKey", "decode",
+           "decode_data", "encode", "encode_data", "target_prefix", "untarget"]
