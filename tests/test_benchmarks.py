@@ -18,6 +18,20 @@ from tests.snippets import run_snippet
 pytestmark = pytest.mark.slow
 
 
+def test_a_sender_s_burst_after_its_application_held_it_back_loses_nothing(tmp_path):
+    """docs/benchmarks.md's app_limited command as written: NAK's limit stood unused for a
+    second, then a burst into a slow consumer's small queue; whatever the queue drops,
+    repair brings back, and ACK's credit drops nothing."""
+    run = run_snippet("benchmarks/app_limited.sh", tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads((tmp_path / "app_limited.json").read_text())
+    assert sorted(r["mode"] for r in rows) == ["ack"] * 3 + ["nak"] * 3
+    for r in rows:
+        assert (r["status"], r["missing"], r["delivered"]) == ("complete", 0, r["sent"]), r
+    assert all(r["dropped"] == 0 for r in rows if r["mode"] == "ack")
+    assert all(isinstance(r["limit_before"], int) for r in rows if r["mode"] == "nak")
+
+
 def test_benchmark_suite_smoke(tmp_path):
     """docs/benchmarks.md's command as written."""
     out = tmp_path / "smoke.json"

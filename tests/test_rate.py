@@ -12,6 +12,7 @@ from nakflow import ConfigError, NakConfig
 from nakflow.policy.fill import holdoff_s
 from nakflow.policy.rate import (
     PROBE_ROOM_SHARE,
+    USED_GAIN,
     probe_rate,
     probe_step,
     recovery_bound_s,
@@ -25,6 +26,34 @@ def measured(ctrl: NakRateController, rate: float, t0: float, t1: float) -> None
     n = round((t1 - t0) * 1000)
     for i in range(n + 1):
         ctrl.on_sent(int(rate / 1000), now=t0 + i / 1000)
+
+
+def used(ctrl: NakRateController, t0: float, t1: float) -> None:
+    """A sender that sends at its limit from t0 to t1, 1 ms at a time."""
+    owed = 0.0
+    for i in range(round((t1 - t0) * 1000)):
+        now = t0 + i / 1000
+        owed += ctrl.rate(now=now) / 1000
+        ctrl.on_sent(int(owed), now=now)
+        owed -= int(owed)
+
+
+def test_an_unused_limit_does_not_grow():
+    """An application that sends 20,000 msgs/s leaves its limit at USED_GAIN times that,
+    where the ramp would have taken it to max_rate unused; sending at the limit again,
+    the limit goes on growing, and an unused one does not fall either."""
+    ctrl = NakRateController()
+    ctrl.rate(now=0.0)
+    measured(ctrl, 20_000, 0.0, 1.0)
+    assert ctrl.rate(now=1.0) == pytest.approx(USED_GAIN * 20_000, rel=0.05)
+    assert ctrl.snapshot()["unused_holds"] > 0
+    assert ctrl.rate(now=5.0) == ctrl.rate(now=1.0)  # idle: neither up nor down
+    used(ctrl, 5.0, 5.5)
+    assert ctrl.rate(now=5.5) > 4 * USED_GAIN * 20_000
+    free = NakRateController()  # the same start, the limit used all along
+    free.rate(now=0.0)
+    used(free, 0.0, 1.0)
+    assert free.rate(now=1.01) == pytest.approx(5_000 * 1.25 ** 20)  # every step
 
 
 def test_non_limiting_start_stays_there_without_naks():
@@ -45,6 +74,7 @@ def test_default_start_ramps_geometrically_until_the_first_nak():
     ctrl.on_nak(50, now=10.6)  # ends slow start: cut, then the CUBIC curve
     assert ctrl.rate(now=10.6) == pytest.approx(40_000 * 0.9, rel=0.03)
     assert ctrl.rate(now=10.6 + 0.1 + 0.05) < 40_000  # no geometric ramp any more
+    used(ctrl, 10.6, 30.0)  # a sender that uses its limit gets all the way back
     assert ctrl.rate(now=30.0) == NakConfig().max_rate_msgs
 
 
