@@ -548,6 +548,29 @@ def test_a_stream_that_ends_in_its_start_hands_on_what_the_start_measured():
     assert quiet.validated_rate(now=0.06) is None
 
 
+def test_a_stream_over_before_the_meter_s_first_period_hands_on_its_start_s_rate():
+    """A start that ended (here unfilled, 41 ms in) and a stream over within the send
+    meter's first period (50 ms): the limit has no rate really sent at to validate, but
+    the start measured the path, and that is handed on. Before, nothing was (an asyncio
+    sender of 20,000 messages on loopback, in CI), and the next began at 5,000 msgs/s."""
+    flow = NakFlow("s", NakConfig())
+    flow.use_startup()
+    flow.set_rtt(0.0005)
+    sent, t, acked = 0, 0.0, 0.0
+    while flow.starting and t < 0.045:
+        t = round(t + 0.0002, 6)
+        sent += max(0, flow.admit(50, now=t)[0])
+        acked = min(sent, acked + 10.0)  # confirmed at 50,000 msgs/s
+        flow.on_progress(Progress("s", "rx", "tx", 1, int(acked), 10**6, 0.0, 0.0003, t),
+                         now=t)
+    assert not flow.starting and flow.start_report is not None
+    measured = flow.start_report["delivery_rate"]
+    sent += max(0, flow.admit(50, now=t + 0.001)[0])  # its last messages
+    assert flow.controller.sent_peak is None  # no meter period is over
+    assert flow.validated_rate(now=t + 0.002) == pytest.approx(measured, rel=0.01)
+    assert measured == pytest.approx(50_000, rel=0.05)  # what the receiver confirmed
+
+
 def test_a_nak_in_the_start_cuts_from_what_was_sent_no_higher_than_consumers_take():
     """A 200 ms path whose window doubles past what the consumers take (50,000 msgs/s,
     reported once their queues backed up): the NAK that ends the start cuts from the
