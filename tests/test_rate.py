@@ -267,6 +267,34 @@ def test_a_probe_grows_no_faster_than_half_the_smallest_room_takes_per_reaction(
     assert ctrl.rate(now=1.0) > 1.5 * plain.rate(now=1.0)
 
 
+def test_a_queue_past_its_first_level_cuts_to_what_its_consumer_takes():
+    """A queue NAK past the first level that says what the consumer took (``taken``) cuts
+    to ``rate_shares`` of it, deeper than the level's factor where that leaves the sender
+    above the consumer: a burst at 48,500 msgs/s into a consumer of 20,000 was cut only
+    to 24,300 by 50, 75, 87 % and its queue overflowed. The first level keeps its factor
+    (the consumer may just have met a burst); a path's NAK (what arrived, not what a
+    consumer took) and a NAK with no rate keep theirs."""
+    cfg = NakConfig(initial_rate_msgs=48_000, max_rate_msgs=1e6)
+
+    def cut(level: int, **kw: object) -> float:
+        ctrl = NakRateController(cfg)
+        assert ctrl.on_nak(level, now=1.0, **kw) is True
+        return ctrl.rate(now=1.0)
+
+    assert cut(75, rate=20_000.0, taken=True) == pytest.approx(20_000 * 0.93)
+    assert cut(87, rate=20_000.0, taken=True) == pytest.approx(20_000 * 0.87)
+    assert cut(100, rate=20_000.0, taken=True) == pytest.approx(20_000 * 0.75)
+    assert cut(50, rate=20_000.0, taken=True) == pytest.approx(48_000 * 0.9)
+    assert cut(75, rate=20_000.0, path=True) == pytest.approx(48_000 * 0.7)
+    assert cut(75, rate=20_000.0) == pytest.approx(48_000 * 0.7)
+    assert cut(75) == pytest.approx(48_000 * 0.7)
+    assert cut(75, rate=40_000.0, taken=True) == pytest.approx(40_000 * 0.93)  # a floor too
+    ctrl = NakRateController(cfg)  # in the window of a first-level cut: deepened to it
+    ctrl.on_nak(50, now=1.0, rate=20_000.0, taken=True)
+    assert ctrl.on_nak(75, now=1.01, rate=20_000.0, taken=True) is True
+    assert ctrl.rate(now=1.01) == pytest.approx(20_000 * 0.93)
+
+
 def test_the_probe_does_not_grow_past_a_rate_a_consumers_queue_reported():
     """A queue's NAK that says what its consumer takes sets W there, and the probe stays
     off until the next episode: a probe from it doubled the limit before that queue's

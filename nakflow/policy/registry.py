@@ -382,7 +382,8 @@ class NakFlow(SenderFlow):
             cuts, holds, before = ctl.cuts, ctl.holds, ctl.rate(now=now)
             signal = SIGNALS.get(frame.signal, "unknown")
             ctl.on_nak(frame.level, now=now, fill=frame.fill, rate=frame.rate,
-                       source=frame.receiver, path=signal in PATH_SIGNALS)
+                       source=frame.receiver, path=signal in PATH_SIGNALS,
+                       taken=frame.signal == QUEUE_SIGNAL)
             if ctl.cuts > cuts:
                 self.attribution.cut(now, signal, frame.receiver, frame.level,
                                      ctl.rate(now=now), before)
