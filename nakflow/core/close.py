@@ -30,7 +30,9 @@ from ..wire.codec import (
     Receipt,
     Repair,
 )
+from .repair_server import REPAIR_POLL_S, RepairServer
 from .roster import ReceiverRoster
+from .tail import TailAnnouncer
 
 #: After ZeroMQ reports a closed receiver connection, receivers not heard within this
 #: long are gone (``disconnected``), s: three of a receiver's HELLO intervals (0.5 s), so
@@ -217,3 +219,60 @@ class CloseTally:
             out[o.status] += 1
         out[UNCONFIRMED] += self.older_n
         return out
+
+
+class SenderClose:
+    """When a closing sender looks again whether its close is over, and whether it is
+    (``over``): after END, until every receiver heard before END has sent its receipt or
+    is gone (``tally``), answering repairs meanwhile, at most ``linger_max_s``; for
+    receivers that send no receipts (older ones), also until they stop asking for repairs
+    and the ENDs were repeated (``tail``). ``SenderCore`` sends the frames and the events."""
+
+    def __init__(self, tally: CloseTally, tail: TailAnnouncer, linger_max_s: float) -> None:
+        self.tally, self.tail, self.linger_max_s = tally, tail, linger_max_s
+        self.since = self.next_look = 0.0  # the linger after END: since when, next look
+
+    def begin(self, now: float, rtt_s: float) -> None:
+        """The close began at ``now`` (END went out): look at once, repeat END (``tail``)."""
+        self.since = self.next_look = now
+        self.tail.start_ends(now, rtt_s)
+
+    def look_now(self, now: float) -> None:
+        """Something changed (a receipt, a closed connection): look again at ``now``."""
+        self.next_look = min(self.next_look, now)
+
+    @property
+    def due_at(self) -> float:
+        """The next look or the next repeated END, whichever comes first."""
+        return min(self.next_look, self.tail.end_at)
+
+    def end_due(self, now: float) -> bool:
+        """Whether END goes again at ``now`` (repeated while receipts are awaited: a lost
+        receipt is asked for again this way)."""
+        if now < self.tail.end_at:
+            return False
+        self.tail.end_repeated(now, more=bool(self.tally.waiting(now)))
+        return True
+
+    def over(self, now: float, repairs: RepairServer | None, *, sent_any: bool) -> bool:
+        """Whether the close is over at ``now`` (whoever it still waited for is then
+        ``unconfirmed``); if not, ``next_look`` says when to look again."""
+        tally = self.tally
+        waiting = tally.waiting(now)
+        older = None  # the older rule's wait (None: over, or not needed)
+        if not tally.expects_receipts or tally.has_older:
+            older = None if repairs is None else repairs.linger_wait(self.since, now=now,
+                                                                     sent_any=sent_any)
+            if older is None and self.tail.ends_left:  # the ENDs still to repeat
+                older = max(0.0, self.tail.end_at - now)
+        pending = repairs is not None and repairs.pending
+        give_up = self.since + self.linger_max_s
+        if now >= give_up or (not waiting and older is None and not pending):
+            tally.finish()
+            return True
+        nxt = min(give_up, tally.next_check(waiting),
+                  math.inf if older is None else now + older)
+        if pending:
+            nxt = min(nxt, now + REPAIR_POLL_S)
+        self.next_look = nxt
+        return False

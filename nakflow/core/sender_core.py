@@ -22,24 +22,23 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from ..config import SenderConfig
 from ..errors import ConfigError, PeerMismatch
 from ..events import BeyondHistory, Closed, Confirmed, ReceiverJoined, ReceiverLeft
 from ..policy.bucket import TokenBucket
-from ..policy.rate_memory import RateMemory
+from ..policy.rate_memory import PathRate, RateMemory, starting_at
 from ..policy.registry import is_other_modes_feedback, make_sender_flow
 from ..wire.auth import FrameAuth
 from ..wire.codec import SIGNAL_CODES, Bye, Hello, Nak, Progress, Receipt, Repair, decode
 from ..wire.endpoint import Endpoint
 from .admission import ALLOWANCE_MSGS, ALLOWANCE_S, Admission
 from .batch import FrameBatcher
-from .close import CloseTally, receiver_of
+from .close import CloseTally, SenderClose, receiver_of
 from .framer import Framer
 from .lifecycle import CLOSED, CLOSING, OPEN, Lifecycle
-from .repair_server import REPAIR_POLL_S, RepairServer
+from .repair_server import RepairServer
 from .roster import ReceiverRoster
 from .tail import TailAnnouncer
 from .timeline import Timeline
@@ -73,17 +72,12 @@ class SenderCore(Endpoint):
             raise ConfigError("SenderCore needs a sender_id and epoch (SenderConfig.named)")
         self.config = cfg = config
         self.mode, self.stream, self.sender_id, self.epoch = cfg.mode, cfg.stream, sender_id, epoch
-        #: where a ``remember_rate`` sender (nak) finds and leaves its path's rate: the
-        #: memory and the path's key (its stream and data endpoints, ``path``)
+        #: where a ``remember_rate`` sender (nak) finds and leaves its path's rate (its
+        #: stream and data endpoints, ``path``)
         self._memory = (None if rate_memory is None or not cfg.remember_rate
-                        or cfg.mode != "nak"
-                        else (rate_memory, (cfg.stream, tuple(sorted(path)))))
-        start_rate_msgs = (None if self._memory is None
-                           else self._memory[0].recall(self._memory[1], now=now))
-        nak = cfg.nak
-        if start_rate_msgs is not None:  # a rate remembered for this path
-            nak = replace(nak, initial_rate_msgs=min(max(start_rate_msgs, nak.min_rate_msgs),
-                                                     nak.max_rate_msgs))
+                        or cfg.mode != "nak" else PathRate(rate_memory, cfg.stream, path))
+        start_rate_msgs = None if self._memory is None else self._memory.recall(now=now)
+        nak = cfg.nak if start_rate_msgs is None else starting_at(cfg.nak, start_rate_msgs)
         self.start_rate_msgs = start_rate_msgs
         self.policy = make_sender_flow(cfg.mode, stream=cfg.stream, sender=sender_id,
                                        epoch=epoch, nak=nak, ack=cfg.ack,
@@ -115,8 +109,8 @@ class SenderCore(Endpoint):
         self._t0 = now
         self.first_data_t: float | None = None  # when the first DATA frame went out
         self.receiver_wait = ReceiverWait(cfg.mode, cfg.hello_interval_s, now)
-        self._linger_from = self._linger_next = 0.0  # after close: since when, next look
         self.tail = TailAnnouncer(now)
+        self.closing = SenderClose(self.tally, self.tail, cfg.repair.linger_max_s)
         self.timer_changed = False
         self.feedback_frames = self.feedback_bytes = 0
         self.timeline = Timeline(("sent", "rate_limit", "credit", "blocked_s"),
@@ -260,8 +254,7 @@ class SenderCore(Endpoint):
         if self.life.state == CLOSED:
             return
         if self.life.state != CLOSING:
-            self._linger_from = self._linger_next = now
-            self.tail.start_ends(now, self.roster.rtt_s or 0.0)
+            self.closing.begin(now, self.roster.rtt_s or 0.0)
         self.life.step("close")
         self.handle_timer(now)
 
@@ -286,7 +279,7 @@ class SenderCore(Endpoint):
         self.policy.on_connection_lost(now=now)
         self.tally.on_connection_lost(n, now)
         if self.life.state == CLOSING:
-            self._linger_next = min(self._linger_next, now)
+            self.closing.look_now(now)
         self.timer_changed = True
 
     @property
@@ -372,7 +365,7 @@ class SenderCore(Endpoint):
         self.tally.on_receipt(frame)
         self._take_outcomes()
         if self.life.state == CLOSING:  # the close may be over: look now
-            self._linger_next = min(self._linger_next, now)
+            self.closing.look_now(now)
             self.timer_changed = True
 
     def _take_outcomes(self) -> None:
@@ -411,7 +404,7 @@ class SenderCore(Endpoint):
         if self.receiver_wait.wanted or self.admission.on_credit:
             t = min(t, self.receiver_wait.due_at)
         if self.life.state == CLOSING:
-            t = min(t, self._linger_next, self.tail.end_at)
+            t = min(t, self.closing.due_at)
         elif self.life.state == OPEN:
             t = min(t, self.tail.announce_at(self.framer.seq))
         return None if math.isinf(t) else t
@@ -435,10 +428,10 @@ class SenderCore(Endpoint):
             tail.announced(seq, now)
             self.outbox.append(self.framer.hello(now, announce=True))
         elif state == CLOSING:
-            if now >= tail.end_at:  # repeated while receipts are awaited: a lost receipt
-                tail.end_repeated(now, more=bool(self.tally.waiting(now)))  # is asked
-                self.outbox.append(self.framer.end(now))  # for again this way
-            if now >= self._linger_next:
+            closing = self.closing
+            if closing.end_due(now):
+                self.outbox.append(self.framer.end(now))
+            if now >= closing.next_look:
                 self._linger(now)
 
     def _serve_repairs(self, now: float) -> None:
@@ -447,35 +440,15 @@ class SenderCore(Endpoint):
             self.outbox += rs.serve(self.policy, self.framer, now)
 
     def _linger(self, now: float) -> None:
-        """After END: until every receiver heard before END has sent its receipt or is
-        gone (``CloseTally``), answering repairs meanwhile, at most ``linger_max_s``; for
-        receivers that send no receipts (older ones), also until they stop asking for
-        repairs and the ENDs were repeated. Then BYE."""
-        rs, tally = self.repairs, self.tally
-        waiting = tally.waiting(now)
-        older = None  # the older rule's wait (None: over, or not needed)
-        if not tally.expects_receipts or tally.has_older:
-            older = None if rs is None else rs.linger_wait(self._linger_from, now=now,
-                                                           sent_any=self.framer.seq > 0)
-            if older is None and self.tail.ends_left:  # the ENDs still to repeat
-                older = max(0.0, self.tail.end_at - now)
-        give_up = self._linger_from + self.config.repair.linger_max_s
-        if now >= give_up or (not waiting and older is None and not (rs and rs.pending)):
-            tally.finish()
-            self._take_outcomes()
+        """After END: BYE once the close is over (``SenderClose.over``); an exact close
+        leaves the path's validated rate in the rate memory."""
+        over = self.closing.over(now, self.repairs, sent_any=self.framer.seq > 0)
+        self._take_outcomes()
+        if over:
             self.life.step("done")
             if self._memory is not None:  # an exact close: what the path took is known
-                rate = self.policy.validated_rate(now=now)
-                if rate is not None:
-                    self._memory[0].remember(self._memory[1], rate, now=now)
+                self._memory.leave(self.policy.validated_rate(now=now), now=now)
             self._bye(now)
-            return
-        self._take_outcomes()
-        nxt = min(give_up, tally.next_check(waiting),
-                  math.inf if older is None else now + older)
-        if rs is not None and rs.pending:
-            nxt = min(nxt, now + REPAIR_POLL_S)
-        self._linger_next = nxt
 
     # -- frames out, bookkeeping --------------------------------------------------------
     def _may_send(self) -> None:

@@ -7,7 +7,11 @@ would exist twice: once in the source module, once in its twin).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
+
+from ..config import NakConfig
 
 
 class RateMemory:
@@ -38,6 +42,28 @@ class RateMemory:
         self._paths[key] = (rate, now)
         while len(self._paths) > self.max_paths:
             del self._paths[next(iter(self._paths))]
+
+
+class PathRate:
+    """One path's place in a ``RateMemory``: the rate a sender on it starts from
+    (``recall``), and where it leaves its validated rate after an exact close (``leave``).
+    The path is the stream and its data endpoints (in any order)."""
+
+    def __init__(self, memory: RateMemory, stream: str, endpoints: Sequence[str]) -> None:
+        self.memory, self.key = memory, (stream, tuple(sorted(endpoints)))
+
+    def recall(self, *, now: float) -> float | None:
+        return self.memory.recall(self.key, now=now)
+
+    def leave(self, rate: float | None, *, now: float) -> None:
+        """Leave ``rate`` for the next sender (None: nothing to hand on)."""
+        if rate is not None:
+            self.memory.remember(self.key, rate, now=now)
+
+
+def starting_at(nak: NakConfig, rate: float) -> NakConfig:
+    """``nak`` with a sender starting at a remembered ``rate`` (within its bounds)."""
+    return replace(nak, initial_rate_msgs=min(max(rate, nak.min_rate_msgs), nak.max_rate_msgs))
 
 
 #: Where ``Sender(remember_rate=True)`` senders leave and find their path's rate.
