@@ -139,6 +139,25 @@ def test_an_abort_during_the_close_ends_its_wait_and_says_who_was_still_awaited(
     assert run.tx.snapshot(run.link.now)["at_close_counts"]["unconfirmed"] == 1
 
 
+def test_the_close_gives_up_at_linger_max_s_and_names_who_it_still_awaited():
+    """A receiver stopped across END for longer than ``linger_max_s`` (and not long
+    enough to count as gone) is waited for until then, not longer: the close is over
+    ``linger_max_s`` after END, that receiver ``unconfirmed`` for want of a receipt, the
+    others complete."""
+    linger = 1.0
+    run = Run(3, repair=RepairConfig(linger_max_s=linger), gone_s=30.0)
+    while run.tx.life.state == "open":
+        run.step()
+    began = run.link.now  # END went out (the close's linger began) in the last step
+    run.until_closed(max_s=began + 5 * linger, stopped={2})
+    assert run.closed_at is not None
+    assert began + linger - 2 * STEP <= run.closed_at <= began + linger + 2 * STEP
+    at = run.at_close()
+    assert {r: c["status"] for r, c in at.items()} == {
+        "r0": "complete", "r1": "complete", "r2": "unconfirmed"}
+    assert at["r2"]["why"] == "no receipt within linger_max_s"
+
+
 def test_a_receiver_whose_connection_closed_is_gone_after_the_probe_not_the_timeout():
     run = Run(3)
     while run.tx.sent < run.messages // 2:
