@@ -481,6 +481,10 @@ class ReceiverConfig:
     #: (sender, epoch) streams accounted at once; past it the oldest ended is forgotten.
     max_streams: int = 10_000
     #: Tests only: drop this fraction of DATA frames after reading them (needs an rng).
+    #: Repairs (RDATA) are not dropped: each lost message then takes one repair round,
+    #: where a repair lost again and again (30 % each time) outlasted a 1 s history on a
+    #: loaded host by chance (the simulator's link, ``simulations.cores``, loses repairs
+    #: too, in virtual time).
     test_data_loss: float = 0.0
 
     def __post_init__(self) -> None:

@@ -164,7 +164,7 @@ class ReceiverCore(Endpoint):
         got = self._open(buf, now, decode_data)
         if got is None:
             return
-        if self.config.test_data_loss and (type(got) is tuple or type(got) in (Data, RData)):
+        if self.config.test_data_loss and (type(got) is tuple or type(got) is Data):
             assert self._rng is not None
             if self._rng.random() < self.config.test_data_loss:
                 self.test_dropped += 1
