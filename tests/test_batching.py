@@ -225,6 +225,40 @@ def test_the_rate_limit_holds_per_message_with_batching():
         rx.close()
 
 
+class WatchedPoller:
+    """A sender's poller that notes, each time the driver waits on it, how many frames its
+    core had handed out and the driver had not sent yet."""
+
+    def __init__(self, tx: Sender) -> None:
+        self.poller, self.core, self.unsent = tx._poller, tx.core, []
+
+    def poll(self, timeout=None):
+        self.unsent.append(len(self.core.outbox))
+        return self.poller.poll(timeout)
+
+
+def test_what_the_sender_flushed_before_a_wait_leaves_before_the_wait():
+    """Held by its limit (20 msgs/s), a message admitted after a wait lingers for
+    company; the next send, about to wait, flushes it. It must leave then: the driver
+    waited first and sent it after, with the next message, so every message of a sender
+    held by its rate arrived one interval late (a Spark task at 78 msgs/s: 12-13 ms at
+    fast receivers, where credit's took ~1 ms). The driver's core timers (50 ms and
+    more here) cut such a wait short, so the time alone did not show it."""
+    slow = NakConfig(min_rate_msgs=20.0, max_rate_msgs=20.0, start_window_msgs=None)
+    rx, tx = pair(linger_s=0.5, nak=slow)
+    try:
+        watch = WatchedPoller(tx)
+        tx._poller = watch
+        for i in range(6):
+            tx.send(bytes([i]))
+        assert watch.unsent and set(watch.unsent) == {0}, watch.unsent
+        tx.flush()
+        assert [m.payload for m in take(rx, 6)] == [bytes([i]) for i in range(6)]
+    finally:
+        tx.close()
+        rx.close()
+
+
 def test_try_send_says_not_now_honestly_under_a_rate_limit():
     rx, tx = pair(linger_s=0.002, max_rate_msgs=1_000.0)
     try:
