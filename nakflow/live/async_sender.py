@@ -211,8 +211,8 @@ class AsyncSender:
     async def _wait(self, retry: Callable[[float], float], wait: float, now: float,
                     timeout: float | None) -> None:
         give_up = math.inf if timeout is None else now + timeout
-        self._transmit()  # what waits goes out before the sender waits
         while wait:
+            self._transmit()  # what waits (a retry's repairs too) goes out before the wait
             await self._progressed(min(now + wait, give_up) - now)
             now = time.monotonic()
             wait = retry(now)
