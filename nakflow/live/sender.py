@@ -206,9 +206,8 @@ class Sender:
         self._next_fb_check = now + FEEDBACK_CHECK_S
         core = self.core
         if wait_s > 0:
-            if core.outbox:  # what the core handed out leaves before the driver waits: the
-                self._transmit()  # frame it flushed as the sender began to wait for its
-                # rate sat here until the wait was over (the asyncio driver sent it first)
+            if core.outbox:  # what the core handed out leaves before the driver waits
+                self._transmit()
             self._poller.poll(max(1, math.ceil(wait_s * 1000)))
         frames = drain(self._sub, 10_000)
         now = time.monotonic()
