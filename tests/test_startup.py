@@ -11,7 +11,14 @@ import pytest
 
 from nakflow import NakConfig, ReceiverConfig, ReceiverCore, SenderConfig, SenderCore
 from nakflow.policy import delay_rise, first_window, start_rounds, startup
-from nakflow.policy.progress import REPORT_S, ProgressReporter
+from nakflow.policy.progress import (
+    FORGET_S,
+    PROGRESS_RATE,
+    REPORT_MAX_S,
+    REPORT_S,
+    ProgressReporter,
+    report_interval_us,
+)
 from nakflow.policy.registry import NakFlow
 from nakflow.policy.start_reports import StartReports
 from nakflow.policy.startup import RESTART_WINDOW_MSGS, SILENT_S, STALL_S, SlowStart
@@ -28,6 +35,38 @@ def test_progress_and_a_starting_data_frame_round_trip_and_plain_data_is_unchang
     plain = Data("s", "tx", 3, 0, 1.0, (b"a",), 250)
     assert decode_data(encode(plain)) == ("s", "tx", 3, 0, 1.0, [b"a"], 250)
     assert decode(encode(plain)).startup is False
+
+
+def test_a_starting_sender_with_many_receivers_asks_for_progress_less_often_on_the_wire():
+    """``Data.report_us`` (wire revision 7) is a trailing field: DATA that asks for the
+    default is byte for byte what revision 6 sent (a receiver of revision 5 or 6 reads
+    either and ignores the field), and the sender's framer writes what ``encode`` does."""
+    from nakflow.core.framer import Framer
+    from nakflow.wire.codec import T_DATA, VERSION, _packb, encode_data
+
+    asks = Data("s", "tx", 3, 0, 1.0, (b"a",), 250, True, 2_000)
+    assert decode(encode(asks)) == asks and decode_data(encode(asks)) == asks
+    default = Data("s", "tx", 3, 0, 1.0, (b"a",), 250, True)
+    assert encode(default) == _packb([VERSION, T_DATA, "s", "tx", 3, 0, 1.0, [b"a"], 250, True])
+    assert encode_data("s", "tx", 3, 0, 1.0, [b"a"], 250, True, 2_000) == encode(asks)
+    framer = Framer(stream="s", sender_id="tx", epoch=3, mode="nak", mac=None,
+                    wall_offset=0.0, max_frame_bytes=1 << 20, history=None)
+    framer.grtt_us = 250
+    assert framer.data([b"a"], 1.0, 1.0, True, 2_000) == encode(asks)
+    assert framer.data([b"a"], 1.0, 1.0, True) == encode(Data("s", "tx", 3, 1, 1.0, (b"a",),
+                                                               250, True))
+    # how often: REPORT_S up to PROGRESS_RATE x REPORT_S receivers, longer with more
+    # (at most REPORT_MAX_S); the start asks for it once they reported
+    assert report_interval_us(0) == report_interval_us(50) == 0
+    assert report_interval_us(100) == round(100 / PROGRESS_RATE * 1e6) == 2_000
+    assert report_interval_us(4_096) == round(REPORT_MAX_S * 1e6)
+    st = SlowStart(16, max_rate_msgs=1e6)
+    st.allowance(0.0)
+    assert st.report_us == 0 and st.stall_s == SILENT_S
+    for i in range(1_000):
+        st.on_progress(f"r{i}", 1, 500, 0.001, 0.001)
+    assert st.report_us == 20_000
+    assert st.stall_s == pytest.approx(startup.STALL_REPORTS * 2 * 0.02)  # two intervals
 
 
 def test_the_window_doubles_a_round_trip_and_stops_at_a_receivers_room():
@@ -768,6 +807,41 @@ def test_a_receiver_reports_at_most_once_a_millisecond_and_stops_with_plain_data
     assert room.room == 600
     rep.forget(key)  # its DATA no longer says startup
     assert not rep.reporting and rep.next_deadline() is None
+
+
+def test_a_receiver_reports_as_often_as_the_data_asks_spread_by_its_id():
+    """DATA that asks for a longer interval (``report_us``) gets a PROGRESS at most every
+    interval x ``spread`` (in [1, 2), from the receiver's id: receivers that read the same
+    frame at once do not all answer it); below REPORT_S it is REPORT_S, above FORGET_S,
+    FORGET_S (whatever a frame says)."""
+    spreads = [ProgressReporter("s", f"r{i}", max_streams=4).spread for i in range(200)]
+    assert all(1.0 <= x < 2.0 for x in spreads) and max(spreads) - min(spreads) > 0.8
+    rep = ProgressReporter("s", "rx", max_streams=4)
+    key, every = ("tx", 1), 0.01 * rep.spread
+    assert rep.on_data(key, 10, 0.002, (500, 0.0), 0.0, report_us=10_000) is not None
+    assert rep.on_data(key, 20, 0.002, (500, 0.0), every - 1e-6, report_us=10_000) is None
+    assert rep.next_deadline() == pytest.approx(every)
+    assert rep.on_data(key, 30, 0.002, (500, 0.0), every, report_us=10_000) is not None
+    last = every + 2 * REPORT_S
+    assert rep.on_data(key, 40, 0.002, (500, 0.0), last, report_us=10) is not None
+    assert rep.on_data(key, 50, 0.002, (500, 0.0), last + 0.5, report_us=10**9) is None
+    assert rep.next_deadline() == pytest.approx(last + FORGET_S * rep.spread)
+
+
+@pytest.mark.quiet
+def test_a_hundred_receivers_report_less_often_in_the_start_and_lose_nothing():
+    """A start to 100 receivers asks each for PROGRESS every ``report_interval_us(100)``
+    (2 ms, x its spread) once they answered: each sends fewer reports than one a REPORT_S
+    over the start (26 each in 34 ms before), and the start ends as at REPORT_S."""
+    out = simulate_cores(CoreSimParams(receivers=100, duration_s=0.3, consume_rate_msgs=20_000,
+                                       sender_max_rate_msgs=20_000), "nak")
+    start = out["start"]
+    assert start["ended"] == "unfilled" and start["receivers"] == 100, start
+    most = start["ended_s"] / (report_interval_us(100) * 1e-6) + 3  # first, held, in flight
+    assert most < start["ended_s"] / REPORT_S
+    for r in out["receivers"]:
+        assert r["lost"] == r["queue_drops"] == 0 and r["delivered"] == out["sent"]
+        assert 0 < r["progress_sent"] <= most, r
 
 
 def test_a_receiver_late_to_read_reports_the_paths_delay_not_its_own():

@@ -36,15 +36,18 @@ class Framer:
         self.said_hello = False
 
     def data(self, payloads: Sequence[bytes], first: float, now: float,
-             startup: bool = False) -> bytes:
+             startup: bool = False, report_us: int = 0) -> bytes:
         """The DATA frame for admitted ``payloads``, stamped ``first`` (its first message's
         time), numbered from ``seq`` and kept in the history (``startup``: it asks for
-        PROGRESS). Raises ValueError past ``max_frame_bytes`` (nothing is counted then)."""
+        PROGRESS, every ``report_us`` µs if not 0). Raises ValueError past
+        ``max_frame_bytes`` (nothing is counted then)."""
         seq, ts = self.seq, first + self.wall_offset
         fields = [VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq, ts, payloads,
                   self.grtt_us]
         if startup:
             fields.append(True)
+            if report_us:
+                fields.append(report_us)
         buf = pack_frame(fields)
         size = len(buf)
         if size > self.max_frame_bytes:

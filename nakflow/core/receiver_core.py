@@ -176,7 +176,7 @@ class ReceiverCore(Endpoint):
         frame: Frame = got
         if type(frame) is Data:  # DATA that the hot path left to the full decoder
             self._data(frame.sender, frame.epoch, frame.seq, frame.ts, frame.payloads,
-                       frame.grtt_us, now, frame.startup)
+                       frame.grtt_us, now, frame.startup, frame.report_us)
         elif type(frame) is RData:
             self._answered(frame.sender, frame.epoch)
             ranges = self.tracker.on_repair(frame.sender, frame.epoch, frame.seq,
@@ -197,7 +197,7 @@ class ReceiverCore(Endpoint):
             self.foreign += 1  # feedback-type frames do not belong on the data channel
 
     def _data(self, sender: str, epoch: int, seq: int, ts: float, payloads: Any,
-              grtt_us: int, now: float, startup: bool = False) -> None:
+              grtt_us: int, now: float, startup: bool = False, report_us: int = 0) -> None:
         if grtt_us:
             self._on_grtt(grtt_us, now)
         count = len(payloads)
@@ -217,7 +217,7 @@ class ReceiverCore(Endpoint):
         progress = self.progress
         if startup:  # the sender is starting: it asks how far its stream got here
             report = progress.on_data((sender, epoch), seq + count, delay, self._room(now),
-                                      now, late)
+                                      now, late, report_us)
             if report is not None:
                 self.flow_frames += 1
                 self._send(report, now)

@@ -458,7 +458,10 @@ class SenderCore(Endpoint):
     def _data_frame(self, payloads: Sequence[bytes], first: float, now: float) -> None:
         if self.first_data_t is None:
             self.first_data_t = now
-        self.outbox.append(self.framer.data(payloads, first, now, self.policy.starting))
+        policy = self.policy
+        starting = policy.starting
+        self.outbox.append(self.framer.data(payloads, first, now, starting,
+                                            policy.report_us if starting else 0))
         self.tail.last_data_t = now
         if self.timeline.due(now):
             rate, credit = self.policy.limits(now=now)

@@ -121,6 +121,12 @@ class SenderFlow(ABC):
         """In its start: DATA asks receivers for PROGRESS (``policy.startup``)."""
         return False
 
+    @property
+    def report_us(self) -> int:
+        """While ``starting``: how often DATA asks each receiver for PROGRESS, µs (0: the
+        receivers' default, ``progress.REPORT_S``)."""
+        return 0
+
     def use_startup(self) -> None:  # noqa: B027 (optional hook)
         """Begin with the start (``policy.startup``), if the mode has one: only a driver
         whose receivers answer PROGRESS asks for it (the protocol cores do)."""
@@ -209,6 +215,11 @@ class NakFlow(SenderFlow):
     @property
     def starting(self) -> bool:
         return self.start is not None
+
+    @property
+    def report_us(self) -> int:
+        st = self.start
+        return 0 if st is None else st.report_us
 
     def use_startup(self) -> None:
         cfg = self.controller.config

@@ -4,7 +4,8 @@ A sender cannot tell a fast path from a slow one from its RTT, and a NAK comes o
 a queue or a delay has built up: a rate ramp either takes a second to reach loopback's
 rate or overshoots a slow link by a second of its traffic. So, for its first round
 trips only, a NAK sender asks its receivers how far they got (DATA says ``startup``;
-each answers with PROGRESS, at most one a ``REPORT_S`` per sender) and keeps no more in
+each answers with PROGRESS, at most one a ``REPORT_S`` per sender, or the longer
+interval a sender with many receivers asks for, ``SlowStart.report_us``) and keeps no more in
 flight than a window over the slowest of them, as Aeron keeps a sender within a receiver
 window and TCP's slow start within its congestion window, and never more than a
 receiver's queue has room for (ACK's credit):
@@ -66,6 +67,7 @@ from typing import Any
 
 from .delay_rise import CSS_DIVISOR, DELAY_SAMPLES, ROUND_MIN_S, DelayRise
 from .first_window import FirstWindow
+from .progress import report_interval_us
 from .start_reports import StartReports
 from .start_rounds import StartRounds
 
@@ -75,6 +77,10 @@ __all__ = ["DRAIN", "MAX_S", "RESTART_WINDOW_MSGS", "SILENT_S", "STALL_S", "UNFI
 #: No confirmation for this long ends the start, s (a dead receiver, or no answer).
 STALL_S = 0.1
 STALL_RTTS = 3.0
+#: ... nor for fewer than this many of the longest interval a receiver may take between
+#: two reports (twice ``report_us``, ``ProgressReporter.spread``) where many receivers
+#: report less often than REPORT_S.
+STALL_REPORTS = 3.0
 #: ... and before any receiver answered at all, this long (at least), s: the first answer
 #: takes a round trip the sender may not have measured yet.
 SILENT_S = 0.25
@@ -245,7 +251,14 @@ class SlowStart:
     @property
     def stall_s(self) -> float:
         """How long without a confirmation ends the start, s."""
-        return max(STALL_S if self.reports.pos else SILENT_S, STALL_RTTS * (self.rtt_s or 0.0))
+        return max(STALL_S if self.reports.pos else SILENT_S, STALL_RTTS * (self.rtt_s or 0.0),
+                   STALL_REPORTS * 2e-6 * self.report_us)
+
+    @property
+    def report_us(self) -> int:
+        """How often its DATA asks each receiver for PROGRESS, µs (0: REPORT_S): at most
+        ``progress.PROGRESS_RATE`` frames a second from all those that reported so far."""
+        return report_interval_us(len(self.reports.pos))
 
     def check(self, now: float) -> bool:
         """End the start if it stalled or ran out of time; True if it ended now."""

@@ -8,7 +8,7 @@ before msgpack sees it, and msgpack bounds every container by the input size).
 Extending a frame: new fields go at the end, with a default (``Nak.signal`` and
 ``Nak.rate``, ``Repair.to_me`` came this way in wire revision 2, ``Hello.announce`` in
 3, ``Hello.receipts`` and ``Repair.hold`` in 4, ``Data.startup`` in 5, ``Hello.room`` in
-6). A decoder accepts
+6, ``Data.report_us`` in 7). A decoder accepts
 a frame without them (from an older peer: the defaults apply) and ignores up to
 MAX_UNKNOWN_FIELDS trailing fields it does not know (from a newer one). ``encode`` leaves
 out trailing fields that hold their default, so a frame that uses no new field is the
@@ -36,8 +36,9 @@ VERSION = 1
 #: Revision of the frame layouts within VERSION (2: NAK carries signal and rate, REPAIR
 #: to_me; 3: a sender's HELLO may be an announcement of its last seq; 4: RECEIPT, a
 #: receiver's HELLO says it sends them, REPAIR may ask the sender to hold; 5: DATA may say
-#: the sender is starting, PROGRESS answers it; 6: a receiver's HELLO says its room).
-WIRE_REVISION = 6
+#: the sender is starting, PROGRESS answers it; 6: a receiver's HELLO says its room; 7: a
+#: starting sender's DATA may ask for PROGRESS less often).
+WIRE_REVISION = 7
 #: Trailing fields a decoder does not know and skips (a newer peer's additions), at most.
 MAX_UNKNOWN_FIELDS = 8
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -58,7 +59,10 @@ class Data:
     frame as NORM does, so receivers can scale their feedback timing to it.
 
     ``startup`` (revision 5): the sender is in its start (``policy.startup``) and asks
-    every receiver for its PROGRESS; a receiver that does not know the field ignores it."""
+    every receiver for its PROGRESS; a receiver that does not know the field ignores it.
+    ``report_us`` (revision 7): how often, µs (0: ``progress.REPORT_S``): a sender with
+    many receivers asks each less often (``progress.report_interval_us``); a receiver of
+    revision 5 or 6 ignores it and reports at REPORT_S."""
 
     stream: str
     sender: str
@@ -68,6 +72,7 @@ class Data:
     payloads: tuple[bytes, ...]
     grtt_us: int = 0
     startup: bool = False
+    report_us: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,11 +319,14 @@ def untarget(buf: bytes) -> bytes:
 
 
 def encode_data(stream: str, sender: str, epoch: int, seq: int, ts: float,
-                payloads: Sequence[bytes], grtt_us: int = 0, startup: bool = False) -> bytes:
+                payloads: Sequence[bytes], grtt_us: int = 0, startup: bool = False,
+                report_us: int = 0) -> bytes:
     """Serialise a DATA frame without building a Data object (the send hot path)."""
     fields = [VERSION, T_DATA, stream, sender, epoch, seq, ts, payloads, grtt_us]
-    if startup:
-        fields.append(True)
+    if startup or report_us:
+        fields.append(startup)
+        if report_us:
+            fields.append(report_us)
     out: bytes = _packb(fields)
     return out
 
@@ -422,7 +430,7 @@ _Validator = Callable[[Any], Any]
 #: type -> (frame class, validators of its fields in order). The fields a class gives a
 #: default may be missing at the end of a frame (``_REQUIRED``: how many may not).
 _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
-    T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads, _uint, _bool)),
+    T_DATA: (Data, (_name, _name, _uint, _uint, _ts, _payloads, _uint, _bool, _uint)),
     T_NAK: (Nak, (_name, _name, _level, _fill, _ts, _signal, _rate)),
     T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
     T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts, _bool, _bool,
@@ -441,12 +449,12 @@ _REQUIRED = {t: sum(1 for f in dataclass_fields(cls) if f.default is MISSING)
              for t, (cls, _v) in _SCHEMA.items()}
 #: The defaults of the trailing fields added after revision 1, last first (what ``encode``
 #: may omit; DATA's ``grtt_us`` is in every DATA frame, as ``encode_data`` writes it, and
-#: only ``startup`` may go).
+#: only ``startup`` and ``report_us`` may go).
 _TRAILING_DEFAULTS: dict[type, tuple[Any, ...]] = {
     cls: (tuple(f.default for f in reversed(dataclass_fields(cls))
                 if f.default is not MISSING) if cls in (Nak, Repair, Hello) else ())
     for cls, _v in _SCHEMA.values()}
-_TRAILING_DEFAULTS[Data] = (False,)
+_TRAILING_DEFAULTS[Data] = (0, False)
 
 
 def decode(buf: bytes | bytearray | memoryview,
