@@ -320,6 +320,31 @@ def test_the_probe_does_not_grow_past_a_rate_a_consumers_queue_reported():
     assert begun.rate(now=1.5) > 1.5 * plain
 
 
+def test_a_consumers_rate_far_below_what_was_sent_holds_the_probe_off_only_for_a_while():
+    """A queue NAK whose rate is below TOLD_FAR of what was sent when the episode began
+    (a fast consumer measured in its first stall: 4,571 msgs/s where it took 150,000)
+    holds the probe off for TOLD_S, then the probe climbs back within a second; one
+    near what was sent (100,000 of 150,000) still holds it off for good."""
+    from nakflow.policy.rate import TOLD_FAR, TOLD_S
+
+    cfg = NakConfig(initial_rate_msgs=150_000, max_rate_msgs=1e6)
+
+    def limits(told: float) -> list[float]:
+        ctrl = NakRateController(cfg)
+        ctrl.set_rtt(0.001)
+        ctrl.set_probe_room(4_000)
+        ctrl.on_nak(87, now=1.0, rate=told, taken=True)
+        return [ctrl.rate(now=1.0 + t) for t in (TOLD_S - 0.05, TOLD_S + 1.0)]
+
+    assert 4_571 < TOLD_FAR * 150_000 < 100_000
+    held, back = limits(4_571.0)
+    assert held < 1.5 * 4_571 and back > 100_000  # the curve alone took 5.8 s
+    _, near_later = limits(100_000.0)
+    plain = NakRateController(replace(cfg, probe_after_s=None))  # no probe at all
+    plain.on_nak(87, now=1.0, rate=100_000.0, taken=True)
+    assert near_later == pytest.approx(plain.rate(now=1.0 + TOLD_S + 1.0))
+
+
 def test_after_a_drain_the_limit_resumes_just_under_the_rate_the_receiver_reported():
     """A full queue (or path) drains at a deep cut; once no NAK came for quiet_s, the
     limit goes back to the lowest level's share of what the receiver said it takes, not

@@ -83,16 +83,16 @@ def room_step(cfg: NakConfig, rtt_s: float, grow_s: float, room: float) -> float
 
 
 def probe_rate(cfg: NakConfig, rtt_s: float | None, steps: int, w: float, k: float,
-               r0: float, room: float | None) -> float | None:
+               r0: float, room: float | None, after_s: float = 0.0) -> float | None:
     """The probe's rate ``steps`` steps into a quiet spell (None: not probing) on the
     curve of plateau ``w``, K ``k`` and origin ``r0``. It starts once no NAK came for
-    probe_after_s and probe_rtts RTTs, and grows by probe_factor once per step or per
+    probe_after_s, probe_rtts RTTs and ``after_s``, and grows by probe_factor once per step or per
     RTT, whichever is longer (an overshoot shows within an RTT), by ``probe_step`` at
     most each time. Needs the RTT and ``room`` (the smallest queue's room the receivers
     reported in the start, msgs): without either it does not probe."""
     if cfg.probe_after_s is None or rtt_s is None or room is None:
         return None
-    wait = max(cfg.probe_after_s, cfg.probe_rtts * rtt_s) - cfg.quiet_s
+    wait = max(cfg.probe_after_s, cfg.probe_rtts * rtt_s, after_s) - cfg.quiet_s
     probe_from = max(0, math.ceil(wait / cfg.step_s - 1e-9))
     if steps <= probe_from:
         return None
@@ -111,6 +111,20 @@ def cubic(cfg: NakConfig, w: float, k: float, steps: int) -> float:
     """CUBIC's curve ``steps`` steps into a quiet spell: W + c*W*(t-K)^3."""
     t = steps * cfg.step_s
     return w + cfg.cubic_c * w * (t - k) ** 3
+
+
+#: A rate a consumer's queue NAK reported (W, ``_w_told``) holds the probe off: a probe
+#: from it at once doubled the limit before that queue's next NAK at 50 % came. Where
+#: the rate is below TOLD_FAR of what was sent when the episode began, only for TOLD_S
+#: without a NAK, s: such a rate was measured while the consumer was short of CPU, not
+#: its capacity. A fast consumer keeps its queue empty, so its first measure is taken
+#: in its first stall: on two shared cores, a 1 -> 4 fan-out's receiver said 4,571
+#: msgs/s (a NAK at 87 %) where it took 150,000, and 14,218 in another run; the curve
+#: alone took 5.8 s to climb back. In the core simulator, where a consumer's rate is
+#: exact, a probe 0.5 s after any reported rate cost 0.15-0.9 % of the latency sweep's
+#: goodput (50-200 ms); a rate near what was sent is the consumer's.
+TOLD_S = 0.5
+TOLD_FAR = 0.25
 
 
 #: The limit grows to no more than this many times what was really sent lately
@@ -215,11 +229,12 @@ class NakRateController:
         start = cfg.start_rate_msgs
         self._w = start  # rate at which the last cut came
         self._resume = False  # W is a path's reported rate: resume near it once quiet
-        #: W is what a consumer takes, its queue's NAK said so: the probe does not grow
-        #: past it (a consumer's rate holds until it says otherwise; a probe from there
-        #: doubled the limit before its queue's NAK at 50 % came, and NAK levels' cuts
-        #: from twice its rate overflowed it: 1,034 of 40,000 dropped, against 50-182)
+        #: W is what a consumer takes, its queue's NAK said so: the probe waits TOLD_S
+        #: before it grows past it (a probe from there at once doubled the limit before
+        #: its queue's NAK at 50 % came, and NAK levels' cuts from twice its rate
+        #: overflowed it: 1,034 of 40,000 dropped, against 50-182)
         self._w_told = False
+        self._told_far = False  # ... and far below what was sent: the probe waits TOLD_S
         self._r0 = start  # rate right after the last cut (the curve's origin)
         self._k = 0.0  # CUBIC K: time from origin to W, s
         self._quiet_from: float | None = None  # last NAK (or first use), s
@@ -426,6 +441,7 @@ class NakRateController:
         w = self._episode_base * (1.0 + deepest) / 2.0
         self._resume = rate > 0 and path
         self._w_told = rate > 0 and not path
+        self._told_far = self._w_told and rate < TOLD_FAR * self._episode_base
         if rate > 0:  # the receiver said what it takes: the plateau is there (a rate
             w = rate  # below it returns to it: at once after the path's drain, see
             # _evaluate, along the curve after a queue's)
@@ -446,6 +462,7 @@ class NakRateController:
             self._w = min(max(rate, cfg.min_rate_msgs), cfg.max_rate_msgs)
             self._resume = path
             self._w_told = not path
+            self._told_far = not path and rate < TOLD_FAR * self._episode_base
         self._set_origin(current, now)  # no increase for now
         return False
 
@@ -529,8 +546,10 @@ class NakRateController:
             self._r0 = resume
             self._k = _cbrt((self._w - resume) / (cfg.cubic_c * self._w))
         rate = cubic(cfg, self._w, self._k, steps)
-        probe = None if self._w_told else probe_rate(cfg, self.rtt_s, steps, self._w,
-                                                     self._k, self._r0, self.probe_room)
+        after = 0.0 if not self._w_told else TOLD_S if self._told_far else None
+        probe = None if after is None else probe_rate(cfg, self.rtt_s, steps, self._w,
+                                                      self._k, self._r0, self.probe_room,
+                                                      after)
         if probe is not None:
             rate = max(rate, probe)
         rate = min(max(rate, self._r0, cfg.min_rate_msgs), cfg.max_rate_msgs)
