@@ -86,10 +86,10 @@ def probe_rate(cfg: NakConfig, rtt_s: float | None, steps: int, w: float, k: flo
                r0: float, room: float | None, after_s: float = 0.0) -> float | None:
     """The probe's rate ``steps`` steps into a quiet spell (None: not probing) on the
     curve of plateau ``w``, K ``k`` and origin ``r0``. It starts once no NAK came for
-    probe_after_s, probe_rtts RTTs and ``after_s``, and grows by probe_factor once per step or per
-    RTT, whichever is longer (an overshoot shows within an RTT), by ``probe_step`` at
-    most each time. Needs the RTT and ``room`` (the smallest queue's room the receivers
-    reported in the start, msgs): without either it does not probe."""
+    probe_after_s, probe_rtts RTTs and ``after_s``, and grows by probe_factor once per
+    step or per RTT, whichever is longer (an overshoot shows within an RTT), by
+    ``probe_step`` at most each time. Needs the RTT and ``room`` (the smallest queue's
+    room the receivers reported in the start, msgs): without either it does not probe."""
     if cfg.probe_after_s is None or rtt_s is None or room is None:
         return None
     wait = max(cfg.probe_after_s, cfg.probe_rtts * rtt_s, after_s) - cfg.quiet_s
