@@ -54,7 +54,7 @@ COLUMNS: dict[str, str] = {
     "flow_after": "of fb_after, the NAKs and PROGRESS (nak) or credits (ack): 0 for a "
                   "healthy NAK receiver, which is silent after its start",
     "progress": "PROGRESS frames this receiver sent (nak: answers to a sender in its "
-                "start, at most one a millisecond)",
+                "start, at most one a millisecond; less often past 50 receivers)",
     "fb_per_s_at_sender": "feedback frames per second arriving at the sender",
     "cuts": "times a NAK cut a sender's rate limit, summed",
     "naks": "NAKs this receiver sent",
