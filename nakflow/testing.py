@@ -20,11 +20,43 @@ from typing import Any
 
 from .tables import format_table
 
+#: free_port's ports lie from here up to the kernel's ephemeral range.
+FREE_PORT_LO = 10_000
+_picked = [0]  # how many ports this process has tried
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out by itself (``ip_local_port_range``)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (for a receiver that binds
-    later than its sender connects: a late joiner, a restart on the same port)."""
-    with socket.socket() as s:
+    later than its sender connects: a late joiner, a restart on the same port).
+
+    Below the kernel's ephemeral range, where no socket gets a port without asking for
+    that one: a port the kernel handed out (a bind to port 0) went, before the test's
+    receiver process bound it, to another socket of the parallel tests (a CI run of
+    2026-11-29: "address already in use" for a receiver's ports). Each process walks the
+    range from a point its pid picks, so two processes seldom try the same port."""
+    lo = _ephemeral_low()
+    span = lo - FREE_PORT_LO
+    if span >= 1_000:
+        start = (os.getpid() * 7_919) % span
+        for _ in range(span):
+            port = FREE_PORT_LO + (start + _picked[0]) % span
+            _picked[0] += 1
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+    with socket.socket() as s:  # no room below the ephemeral range: any free one
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

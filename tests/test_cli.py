@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,18 @@ def receiver(data: str, feedback: str, *extra: str) -> subprocess.Popen[str]:
     line = proc.stderr.readline()  # the ready line: it has bound
     assert "nakflow receive: ready" in line, line + proc.communicate()[1]
     return proc
+
+
+def test_free_ports_lie_below_the_kernels_ephemeral_range_and_do_not_repeat() -> None:
+    """``free_port`` never returns a port the kernel may hand to another socket by itself
+    (an outgoing connection's, a bind to port 0) before the test's process binds it."""
+    from nakflow.testing import FREE_PORT_LO, _ephemeral_low
+
+    lo = _ephemeral_low()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50 and all(FREE_PORT_LO <= p < lo for p in ports), ports
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))  # free when it was given
 
 
 def errors_of(proc: subprocess.CompletedProcess[str]) -> list[str]:
