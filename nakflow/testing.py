@@ -6,6 +6,7 @@ every process is a real ``nakflow receive`` / ``nakflow send`` on loopback.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ from .tables import format_table
 
 #: free_port's ports lie from here up to the kernel's ephemeral range.
 FREE_PORT_LO = 10_000
-_picked = [0]  # how many ports this process has tried
+_picked = itertools.count()  # the ports this process has tried
 
 
 def _ephemeral_low() -> int:
@@ -48,8 +49,7 @@ def free_port() -> int:
     if span >= 1_000:
         start = (os.getpid() * 7_919) % span
         for _ in range(span):
-            port = FREE_PORT_LO + (start + _picked[0]) % span
-            _picked[0] += 1
+            port = FREE_PORT_LO + (start + next(_picked)) % span
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", port))

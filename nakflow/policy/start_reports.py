@@ -50,11 +50,11 @@ class StartReports:
             at = pos[receiver] = min(next_seq, sent)
             covered = at - (before or 0)
             if at != before:
-                self._push(self._pos_heap, at, receiver)
+                self._push(self._pos_heap, pos, at, receiver)
         edge = at + room
         if self.room.get(receiver) != edge:
             self.room[receiver] = edge
-            self._push(self._room_heap, edge, receiver)
+            self._push(self._room_heap, self.room, edge, receiver)
         most = self.most_room[receiver] = max(room, self.most_room.get(receiver, 0))
         if rate > 0:
             self.take[receiver] = rate
@@ -101,11 +101,11 @@ class StartReports:
         else:
             members.discard(receiver)
 
-    def _push(self, heap: list[tuple[int, str]], value: int, receiver: str) -> None:
-        """``receiver``'s new ``value``; a heap that grew past four entries a receiver (its
-        stale ones) is rebuilt from the current values."""
-        if len(heap) > 4 * len(self.pos) + 64:
-            current = self.pos if heap is self._pos_heap else self.room
+    def _push(self, heap: list[tuple[int, str]], current: dict[str, int], value: int,
+              receiver: str) -> None:
+        """``receiver``'s new ``value`` (already in ``current``); a heap that grew past
+        four entries a receiver (its stale ones) is rebuilt from ``current``."""
+        if len(heap) > 4 * len(current) + 64:
             heap[:] = [(v, r) for r, v in current.items()]
             heapq.heapify(heap)
         else:
