@@ -1,5 +1,7 @@
 """FillMonitor: levels, repeats, hysteresis and suppression at explicit times."""
 
+from collections.abc import Callable
+
 import pytest
 
 from nakflow import ConfigError, NakConfig
@@ -418,3 +420,27 @@ def test_a_frame_read_late_in_a_chunk_waited_for_the_process_not_the_path():
 
     assert queueing(False) == pytest.approx(0.120)  # taken for the path's
     assert queueing(True) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_consumer_that_keeps_up_whenever_it_runs_is_measured_at_what_it_took():
+    """On shared cores a fast consumer's thread waits for a core for a few of the I/O
+    thread's looks (it takes nothing), then takes everything that waited. Its rate is what
+    it took over the time work waited: the looks where it caught up count too (counting
+    only the others measured 0-15,000 msgs/s where it took 150,000, and a queue NAK
+    carried that). One that never falls behind shows only the arrival rate: no measure.
+    One that falls behind for good is measured at what it takes."""
+    from nakflow.policy.rates import DrainMeter
+
+    def run(take: Callable[[int, int], int], looks: int = 200) -> DrainMeter:
+        meter, delivered, depth = DrainMeter(0.05), 0, 0
+        for i in range(looks):  # a look every 2 ms; 300 messages arrive between two
+            took = take(i, depth)
+            delivered, depth = delivered + took, depth - took + 300
+            meter.on_consumed(delivered, depth, i * 0.002)
+        return meter
+
+    starved = run(lambda i, depth: depth if i % 6 == 5 else 0)  # away 5 looks in 6
+    assert starved.provisional(0.05) == pytest.approx(150_000, rel=0.05)
+    assert run(lambda i, depth: depth).provisional(0.05) is None  # it never fell behind
+    slow = run(lambda i, depth: min(depth, 100))  # 50,000 msgs/s of the 150,000
+    assert slow.provisional(0.05) == pytest.approx(50_000, rel=0.01)
