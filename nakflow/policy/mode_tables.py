@@ -1,9 +1,9 @@
 """The tables of modes, mode name -> how to build its sender-side and receiver-side
 policy (``policy.registry`` fills them with ``nak``, ``ack`` and ``none``; ``register``
-replaces a pair). A plain module, never compiled: ``policy.registry`` has a compiled twin
-(``nakflow._speedups``), which runs the module's body again, and a table defined there
-would be two tables, the one ``register`` and ``make_sender_flow`` use and the one
-``nakflow.policies`` shows. Here there is one, whichever runs."""
+replaces a pair). A plain module, never compiled: a compiled twin (``nakflow._speedups``)
+runs its module's body again, and a table defined in a compiled module (``policy.registry``
+was one) would be two tables, the one ``register`` and ``make_sender_flow`` use and the
+one ``nakflow.policies`` shows. Here there is one, whichever runs."""
 
 from __future__ import annotations
 
