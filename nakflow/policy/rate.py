@@ -117,10 +117,10 @@ def cubic(cfg: NakConfig, w: float, k: float, steps: int) -> float:
 #: from it at once doubled the limit before that queue's next NAK at 50 % came. Where
 #: the rate is below TOLD_FAR of what was sent when the episode began, only for TOLD_S
 #: without a NAK, s: such a rate was measured while the consumer was short of CPU, not
-#: its capacity. A fast consumer keeps its queue empty, so its first measure is taken
-#: in its first stall: on two shared cores, a 1 -> 4 fan-out's receiver said 4,571
-#: msgs/s (a NAK at 87 %) where it took 150,000, and 14,218 in another run; the curve
-#: alone took 5.8 s to climb back. In the core simulator, where a consumer's rate is
+#: its capacity. On two shared cores, a 1 -> 4 fan-out's receiver said 4,571 msgs/s (a
+#: NAK at 87 %) where it took 150,000, and 14,218 in another run; the curve alone took
+#: 5.8 s to climb back. Most such rates came from the drain meter, which counted only
+#: the looks where the consumer could not run (``rates.DrainMeter``, fixed since). In the core simulator, where a consumer's rate is
 #: exact, a probe 0.5 s after any reported rate cost 0.15-0.9 % of the latency sweep's
 #: goodput (50-200 ms); a rate near what was sent is the consumer's.
 TOLD_S = 0.5
