@@ -120,9 +120,10 @@ def cubic(cfg: NakConfig, w: float, k: float, steps: int) -> float:
 #: its capacity. On two shared cores, a 1 -> 4 fan-out's receiver said 4,571 msgs/s (a
 #: NAK at 87 %) where it took 150,000, and 14,218 in another run; the curve alone took
 #: 5.8 s to climb back. Most such rates came from the drain meter, which counted only
-#: the looks where the consumer could not run (``rates.DrainMeter``, fixed since). In the core simulator, where a consumer's rate is
-#: exact, a probe 0.5 s after any reported rate cost 0.15-0.9 % of the latency sweep's
-#: goodput (50-200 ms); a rate near what was sent is the consumer's.
+#: the looks where the consumer could not run (``rates.DrainMeter``, fixed since). In
+#: the core simulator, where a consumer's rate is exact, a probe 0.5 s after any
+#: reported rate cost 0.15-0.9 % of the latency sweep's goodput (50-200 ms); a rate
+#: near what was sent is the consumer's.
 TOLD_S = 0.5
 TOLD_FAR = 0.25
 
