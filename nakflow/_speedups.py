@@ -34,7 +34,7 @@ from typing import Any
 #: Modules compiled by scripts/build_speedups.py.
 #: Names relative to the package (``wire.codec`` is ``nakflow/wire/codec.py``).
 HOT = ("wire.codec", "core.gaps", "core.seqtrack", "core.batch", "policy.bucket",
-       "policy.rate", "policy.credit", "policy.sender_flows", "policy.nak_flow",
+       "policy.rate", "policy.curve", "policy.credit", "policy.sender_flows", "policy.nak_flow",
        "policy.receiver_flows", "policy.fill", "core.history",
        "core.repair", "live.delivery_queue", "core.receiver_core", "core.sender_core",
        "core.admission", "core.framer", "live.sender")

@@ -62,7 +62,7 @@ class NakConfig:
     #: Until the first NAK, the limit grows by this factor every step_s (slow start, as in
     #: TCP): 1.25 per 50 ms is x87 per second, and at most x1.6 past a receiver's rate
     #: before its NAK (100 ms later) takes effect. After a start (the RTT and the rooms
-    #: known), a step adds at most ``policy.rate.room_step``, as the probe's growth.
+    #: known), a step adds at most ``policy.curve.room_step``, as the probe's growth.
     ramp_factor: float = 1.25
     #: The start (``policy.startup``): the sender's first window, msgs. While it lasts,
     #: DATA asks receivers for their PROGRESS and the sender keeps no more in flight than
@@ -111,7 +111,7 @@ class NakConfig:
     #: shared cores: 140,000 msgs/s, and the limit then held the sender 0.5-1.4 s below
     #: the 280,000 its receivers took) is found in a few steps instead of after CUBIC's
     #: plateau. Each growth is at most what half the smallest room the receivers reported
-    #: in the start takes in while a NAK comes back (``policy.rate.probe_step``; unbounded,
+    #: in the start takes in while a NAK comes back (``policy.curve.probe_step``; unbounded,
     #: it overshot where a queue holds less than an RTT: simulated, 50 ms, 12x the drops),
     #: and it does not grow past a rate a consumer's queue NAK reported. Needs the RTT
     #: (the receivers' HELLO answers) and that room (their PROGRESS in the start): a

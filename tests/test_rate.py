@@ -9,15 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nakflow import ConfigError, NakConfig
-from nakflow.policy.fill import holdoff_s
-from nakflow.policy.rate import (
+from nakflow.policy.curve import (
     PROBE_ROOM_SHARE,
-    USED_GAIN,
     probe_rate,
     probe_step,
     recovery_bound_s,
     room_step,
 )
+from nakflow.policy.fill import holdoff_s
+from nakflow.policy.rate import USED_GAIN
 from nakflow.policy.registry import NakRateController
 
 

@@ -20,6 +20,7 @@ from ..config import AckConfig, NakConfig, check_mode
 from ..wire import SenderKey
 from .bucket import TokenBucket
 from .credit import WAITING_FRESH_S, CreditGranter, CreditLedger
+from .curve import recovery_bound_s
 from .fill import (
     BACKOFF_LAMBDA,
     MAX_BACKOFF_WINDOWS,
@@ -31,7 +32,7 @@ from .fill import (
 )
 from .mode_tables import RECEIVER_POLICIES, SENDER_POLICIES
 from .nak_flow import NakFlow
-from .rate import NakRateController, recovery_bound_s
+from .rate import NakRateController
 from .receiver_flows import AckFeedback, NakFeedback, NoFeedback, ReceiverFlow
 from .sender_flows import AckFlow, NoFlow, SenderFlow, is_other_modes_feedback
 
