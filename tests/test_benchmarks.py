@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.netns import multicast_unavailable
-from tests.snippets import run_snippet
+from tests.snippets import ROOT, run_snippet
 
 # Not ``quiet``: it asserts no figure (every row a measurement, nothing missing where flow
 # control promises it), and ``make test`` runs the quiet tests in a run of their own, so
@@ -106,3 +106,40 @@ def test_the_raw_peer_counts_a_malformed_frame_and_goes_on():
         rx.close()
         pub.close(linger=0)
     assert report["malformed"] == 3 and report["received"] == 3 and report["lost"] == 0
+
+
+def test_ab_runs_two_arms_interleaved_and_says_what_it_measured(tmp_path):
+    """docs/benchmarks.md's A/B command as written: HEAD against itself (the noise floor),
+    each arm's runs from its own checkout, nothing missing."""
+    run = run_snippet("benchmarks/ab.sh", tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads((tmp_path / "ab.json").read_text())
+    assert res["head"] == res["base"] == str(ROOT)
+    summary = res["summary"]
+    assert summary["rounds"] == len(res["rounds"]) == 1
+    assert set(summary["arms"]) == {"head", "base"}
+    assert all(a["missing"] == 0 for a in summary["arms"].values())
+    assert summary["head_over_base"]["ci95"] is None  # one round gives no interval
+    (row,) = res["rounds"]
+    assert row["head"]["rate"] > 0 and row["base"]["rate"] > 0
+    assert "head/base: median" in run.stdout and "no interval" in run.stdout
+
+
+def test_ab_runs_an_arm_from_its_own_directory_and_refuses_one_that_is_not_a_checkout(
+        tmp_path, monkeypatch):
+    """``python -m nakflow`` imports from its working directory before PYTHONPATH: an arm
+    started from inside another checkout ran that checkout's code. Each arm is asked from
+    its own directory which nakflow it imports, and one that loads modules from outside
+    it (here: a package with nothing but ``__init__``, the rest filled in by the editable
+    install's finder from this checkout) is refused before any round."""
+    from benchmarks import ab
+
+    fake = tmp_path / "arm"
+    (fake / "nakflow").mkdir(parents=True)
+    (fake / "nakflow" / "__init__.py").write_text("")
+    monkeypatch.chdir(ROOT)  # the caller inside another checkout
+    info = ab.arm_info(str(ROOT))
+    assert info["file"] == str(ROOT / "nakflow" / "__init__.py") and info["pure"] == []
+    with pytest.raises(ab.SetupError, match=str(fake)):
+        ab.check_arm("BASE", str(fake), allow_pure=False)
+    assert ab.main(["--base", str(fake), "--rounds", "1"]) == 2  # before any run
