@@ -68,8 +68,9 @@ def arm_env(path: str) -> dict[str, str]:
 
 
 def arm_info(path: str) -> dict[str, Any]:
-    """Which nakflow a process started as the arm's are imports (``file``) and which hot
-    modules it runs as pure Python (``pure``)."""
+    """What a process started as the arm's processes are imports: ``nakflow`` itself
+    (``file``), every nakflow module it loaded (``files``), and the hot modules it runs as
+    pure Python (``pure``)."""
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=path, env=arm_env(path),
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
