@@ -186,3 +186,44 @@ def test_hold_ups_are_discounted_from_frames_sent_before_them():
     ups.add(0.5, 20.0)
     assert ups.since(6.0) == pytest.approx(3.5)
 
+
+
+def test_a_full_queue_whose_consumer_is_away_for_a_moment_holds_back_what_does_not_fit():
+    """A consumer that emptied its queue the last time it ran, then waited for a core while
+    data kept coming: the frames that do not fit stay in the socket (the driver reads no
+    more), not dropped and fetched again by repair; they come in as it takes. In 1 -> 4
+    fan-outs of 1 KB on two cores the survivors' queues of 5,000 overflowed so, 200-4,400
+    repaired each in most runs. A consumer away longer than a pause (``PAUSE_S``) is
+    paused: its queue drops what does not fit, and repair brings it back later."""
+    from nakflow.live.delivery_queue import DeliveryQueue
+    from nakflow.policy.signals import PAUSE_S
+    from nakflow.wire import encode_data
+
+    core = ReceiverCore(ReceiverConfig(receiver_id="r", capacity_msgs=10), now=0.0)
+    q = DeliveryQueue(10, "drop-newest", wake=lambda: None, wake_every=1)
+    seq, now = 0, 0.0
+
+    def read(until: int) -> None:
+        nonlocal seq, now
+        while core.wants_data(q.full) and seq < until:  # the driver reads while it may
+            now += 0.001
+            core.receive_data(encode_data("default", "s", 1, seq, now, [b"x", b"y"]), now)
+            seq += 2
+            core.exchange(q, now)
+
+    read(4)
+    assert len(q.take(10, 0)) == 4  # it takes all there is: it keeps up when it runs
+    now += 0.001
+    core.exchange(q, now)
+    read(100)  # then it is away, for a few ms
+    assert len(q) == 10 and core.dropped == 0 and seq < 30
+    assert not core.wants_data(q.full)  # the rest waits in the socket
+    got = len(q.take(10, 0))  # back: it takes all, and what waited comes in
+    now += 0.001
+    core.exchange(q, now)
+    read(100)
+    assert core.dropped == 0 and got + len(q) + len(core.deliveries()) == seq - 4
+    core.exchange(q, now + PAUSE_S)  # away for a pause: paused, not briefly away
+    assert core.wants_data(q.full)
+    read(140)
+    assert core.dropped > 0  # what does not fit is dropped now (repair brings it back)

@@ -107,6 +107,13 @@ class FillSignals:
             self._held_at = now
             self.drain.restart()
 
+    def away_briefly(self, now: float) -> bool:
+        """The consumer emptied the queue the last time it took anything, and work has
+        waited for it less than a pause since (``PAUSE_S``, or ``PAUSE_GAPS`` of its
+        usual gap): a consumer that keeps up whenever it runs, waiting for a core."""
+        drain = self.drain
+        return drain.caught_up and drain.away_for(now) < max(PAUSE_S, drain.pause_after())
+
     def judge(self, now: float) -> int:
         """NEWS, NOT_NEWS (the queue drains faster than data arrives: a consumer, or a
         process, that was held up catching up; or a consumer that keeps up whenever it
@@ -118,7 +125,7 @@ class FillSignals:
             self.held_up, self._held_at = True, now
             self.drain.restart()
             return PAUSE
-        if self.drain.caught_up and not self._overflowed:
+        if self.away_briefly(now) and not self._overflowed:
             # it emptied the queue the last time it took anything: all that waits came
             # while it was away (its thread descheduled, or the I/O thread held the GIL)
             # for less than PAUSE_S; a consumer that keeps up when it runs is not slow
