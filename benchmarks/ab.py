@@ -84,8 +84,8 @@ def check_arm(name: str, path: str, *, allow_pure: bool) -> dict[str, Any]:
     ``allow_pure``) runs any hot module as pure Python."""
     info = arm_info(path)
     own = os.path.realpath(path) + os.sep
-    alien = sorted(os.path.realpath(f) for f in [info["file"], *info["files"]]
-                   if f and not os.path.realpath(f).startswith(own))
+    alien = sorted({os.path.realpath(f) for f in [info["file"], *info["files"]]
+                    if f and not os.path.realpath(f).startswith(own)})
     if alien:
         raise SetupError(f"{name} ({path}) imports nakflow modules from outside its checkout: "
                          + ", ".join(alien[:5]))

@@ -129,17 +129,23 @@ def test_ab_runs_an_arm_from_its_own_directory_and_refuses_one_that_is_not_a_che
         tmp_path, monkeypatch):
     """``python -m nakflow`` imports from its working directory before PYTHONPATH: an arm
     started from inside another checkout ran that checkout's code. Each arm is asked from
-    its own directory which nakflow it imports, and one that loads modules from outside
-    it (here: a package with nothing but ``__init__``, the rest filled in by the editable
-    install's finder from this checkout) is refused before any round."""
+    its own directory which nakflow it imports: from inside this checkout, an arm
+    elsewhere still reports its own. One that loads modules from outside it (a package
+    with nothing but ``__init__``, the rest filled in by the editable install's finder
+    from this checkout) is refused before any round."""
+    import os
+
     from benchmarks import ab
 
     fake = tmp_path / "arm"
-    (fake / "nakflow").mkdir(parents=True)
-    (fake / "nakflow" / "__init__.py").write_text("")
+    pkg = fake / "nakflow"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
     monkeypatch.chdir(ROOT)  # the caller inside another checkout
-    info = ab.arm_info(str(ROOT))
-    assert info["file"] == str(ROOT / "nakflow" / "__init__.py") and info["pure"] == []
-    with pytest.raises(ab.SetupError, match=str(fake)):
+    with pytest.raises(ab.SetupError, match="outside its checkout"):
         ab.check_arm("BASE", str(fake), allow_pure=False)
     assert ab.main(["--base", str(fake), "--rounds", "1"]) == 2  # before any run
+    (pkg / "_speedups.py").write_text("def status():\n    return {}\n")
+    info = ab.check_arm("BASE", str(fake), allow_pure=False)  # now all of it its own
+    assert os.path.realpath(info["file"]) == os.path.realpath(pkg / "__init__.py")
+    assert ab.arm_info(str(ROOT))["pure"] == []  # this checkout: compiled
