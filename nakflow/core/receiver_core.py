@@ -142,9 +142,7 @@ class ReceiverCore(Endpoint):
         #: of this process ended: what waits in the socket is a backlog of its own,
         #: already buffered for it (and what was sent after the hold-up waits behind it)
         self._backlog = False
-        #: the consumer emptied the queue the last time it took anything and has been
-        #: away less than a pause since (``FillSignals.away_briefly``; ``_holding_back``)
-        self._away_briefly = False
+        self._away_briefly = False  # FillSignals.away_briefly at the last exchange
         self._drained = False  # the driver's last read emptied the socket
         self.frames_in = self.messages_in = self.dropped = self.delivered = 0
         self.feedback_sent = self.feedback_bytes = self.test_dropped = 0
@@ -428,12 +426,8 @@ class ReceiverCore(Endpoint):
         they were dropped (the flag followed each frame's send time) the history, 0.8 s
         of a 1 KB fan-out, no longer held them: 80-1,853 beyond history in 4 of 16 stops.
 
-        The same while the consumer emptied the queue the last time it took anything and
-        has been away less than a pause (``FillSignals.away_briefly``: its thread waits
-        for a core): what waits in the socket is there a moment, and dropped it came back
-        only by repair. In 1 -> 4 fan-outs of 1 KB on two cores the survivors' queues of
-        5,000 (30 ms at their rate) overflowed so: 39,337 repaired in 18 fault runs, 2,210
-        since. A consumer away longer is paused: its queue drops, repair comes later.
+        The same while its consumer is away a moment (``FillSignals.away_briefly``): its
+        overflow is the socket's for that moment, not repair's (docs/design/history.md).
 
         In ``ack`` always: credit keeps a known sender within the queue, so a full queue
         means one that has not heard this receiver yet (a receiver restarted under its
