@@ -420,6 +420,14 @@ class SenderConfig:
     #: (nak) Start from the rate the last sender on the same path in this process
     #: validated (a series of short-lived senders, as Spark tasks are).
     remember_rate: bool = False
+    #: (nak) The data path stays on this host: its receivers are processes here, and no
+    #: network link lies between (None: judged from the data endpoints, loopback tcp, ipc
+    #: and inproc; ``transports.is_host_local``). Its start then sends a first window of
+    #: what the receivers' queues said they can take, and a queueing delay in the start
+    #: is taken for the receivers' processes, not a link (docs/design/fast-start.md, "A
+    #: path on one host"). Say False for a tunnel or proxy on loopback that leads to
+    #: another host.
+    host_local: bool | None = None
     #: At close, a receiver not heard (any frame) for this long is taken as gone and its
     #: receipt is not awaited, s. A receiver stopped for less than this resumes, catches up
     #: and confirms; as long as the history's age bound (RepairConfig.history_age_s), the

@@ -212,6 +212,32 @@ def test_a_sender_remembering_its_path_starts_where_the_last_one_ended():
 
 
 
+def test_a_sender_to_receivers_on_loopback_starts_with_what_their_queues_said_they_take():
+    """A real sender to a real receiver on loopback: its path stays on this host, so its
+    start's first window is half the room the receiver's HELLO answer said (2,000 of a
+    10,000-message queue), where 16 KB would be 16 messages of 1 KB; said to lead
+    elsewhere (``host_local=False``, a tunnel on loopback), 16. Nothing is lost either
+    way."""
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak",
+                  capacity_msgs=10_000, stream="here") as rx:
+        def start(**kw: object) -> dict:
+            tx = Sender(rx.data_endpoints, rx.feedback_endpoints, mode="nak", stream="here",
+                        **kw)
+            tx.wait_for_receivers(1)
+            for _ in range(3_000):
+                tx.send(b"m" * 1_000)
+            tx.close()
+            got = 0
+            while batch := rx.get_many(100_000, timeout=0.5):
+                got += len(batch)
+            assert got == 3_000 and tx.snapshot()["at_close_counts"]["complete"] == 1
+            return tx.snapshot()["policy"]["start"]
+
+        here, elsewhere = start(), start(host_local=False)
+    assert here["first_window"] == 10_000 * 4 // 10 // 2, here
+    assert elsewhere["first_window"] == 16, elsewhere
+
+
 def test_nak_never_cuts_for_receivers_faster_than_the_sender():
     """Issue 24's healthy group, live: three receiver processes on this machine's two
     cores, each able to take far more than the sender's 30,000 msgs/s cap. No receiver

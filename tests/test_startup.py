@@ -86,13 +86,16 @@ def test_the_window_doubles_a_round_trip_and_stops_at_a_receivers_room():
 
 
 def _first_window(size: int, capacities: tuple[int, ...], *, older: int = 0,
+                  local: bool = False, host_local: bool | None = None,
                   **nak: object) -> tuple[int, dict[str, object]]:
     """A sender waits for receivers of these queue bounds (and ``older`` more answer its
     HELLO as a receiver of revision 5 does, without their room), then offers messages of
     ``size`` bytes: how many it admits before it waits (its first window), and its start's
-    report once that ended."""
+    report once that ended. ``local``: its driver says the data endpoints lead to this
+    host; ``host_local``: its config says so, or not."""
     tx = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="tx", epoch=1,
-                                 nak=NakConfig(**nak)), now=0.0)  # type: ignore[arg-type]
+                                 nak=NakConfig(**nak), host_local=host_local),  # type: ignore[arg-type]
+                    now=0.0, local=local)
     rxs = [ReceiverCore(ReceiverConfig(mode="nak", stream="s", receiver_id=f"r{i}",
                                        capacity_msgs=cap), now=0.0, rng=random.Random(i))
            for i, cap in enumerate(capacities)]
@@ -141,6 +144,26 @@ def test_the_first_window_is_16_kb_within_half_the_room_the_receivers_hello_said
     hello = Hello("s", "r1", "receiver", "nak", 0, 0, "tx", 1.0, receipts=True, room=4_000)
     assert decode(encode(hello)) == hello
     assert decode(encode(Hello("s", "r1", "receiver", "nak", 0, 0, "tx", 1.0))).room == 0
+
+
+def test_a_start_on_one_host_sends_half_the_least_room_at_once():
+    """A path that stays on this host (loopback, ipc, inproc) has no link to overshoot,
+    only the receivers' sockets and queues, whose room bounds the window as ACK's credit
+    does: the first window is half the least room said (two senders starting together
+    fill no queue past the 40 % a start may), not 16 KB, and never below
+    ``start_window_msgs``. The config's ``host_local`` overrides the driver's judgement
+    (a tunnel on loopback to another host), both ways; a receiver that did not say its
+    room, or the option off, leaves the window in messages."""
+    room = int(10_000 * 0.4)
+    assert _first_window(1_000, (10_000, 10_000), local=True)[0] == room // 2
+    assert _first_window(100, (10_000, 500), local=True)[0] == 500 * 4 // 10 // 2
+    assert _first_window(100, (10_000, 50), local=True)[0] == 16
+    assert _first_window(1_000, (10_000,), local=True, host_local=False)[0] == 16
+    assert _first_window(1_000, (10_000,), host_local=True)[0] == room // 2
+    assert _first_window(1_000, (10_000,), local=True, older=1)[0] == 16
+    assert _first_window(1_000, (10_000,), local=True, start_window_bytes=None)[0] == 16
+    window, report = _first_window(1_000, (10_000, 10_000, 10_000), local=True)
+    assert report["first_window"] == window == room // 2 and report["ended"] is not None
 
 
 def _slow_queue(st: SlowStart, *, depth: float = 0.0,
@@ -315,11 +338,12 @@ def test_a_start_the_sender_limited_ramps_on_from_twice_what_it_sent():
         assert ramp and rate == plateau == pytest.approx(gain * st.delivery_rate)
 
 
-def _delayed(delay_at, until: float = 1.0) -> SlowStart:
+def _delayed(delay_at, until: float = 1.0, *, local: bool = False) -> SlowStart:
     """A start over a path of 10 msgs a ms (reported each ms) whose one-way delay at
     ``t`` is ``delay_at(t)``, the sender always wanting more; till it ends or ``until``.
-    The full-pipe rule is off (the path's rate is flat): the delay rules alone."""
-    st = SlowStart(16, max_rate_msgs=1e6)
+    The full-pipe rule is off (the path's rate is flat): the delay rules alone.
+    ``local``: the path stays on this host."""
+    st = SlowStart(16, max_rate_msgs=1e6, local=local)
     st.rtt_s = 0.002
     t, seq = 0.0, 0
     while not st.done and t < until:
@@ -349,6 +373,26 @@ def test_a_delay_rise_that_lasts_ends_the_start_below_the_rate_it_delivered(monk
     rate, plateau, ramp = st.outcome(5_000.0)
     assert not ramp and rate == pytest.approx(startup.DRAIN * plateau)
     assert plateau == pytest.approx(st.delivery_rate) and 5_000 < plateau < 15_000
+
+
+def test_a_delay_rise_on_one_host_ramps_on_from_twice_the_rate_unless_a_queue_fills(
+        monkeypatch):
+    """On a path that stays on this host no link queues: a delay rise that lasts is the
+    receivers' processes behind on the CPU they share with the sender, and the rounds
+    measured that share, no capacity. The start still ends on it, and the limit ramps on
+    from UNFILLED_GAIN times the delivery rate, as where the sender limited the start (W8
+    on loopback: starts ending on a delay rise ran at 0.955-0.97 of ACK's rate, at
+    1.005 so). A queue that fills, or a consumer that reports a backlog, is a limit of
+    the path even there: DRAIN below its rate, as on any path."""
+    monkeypatch.setattr(start_rounds, "FULL_ROUNDS", 10**6)
+    st = _delayed(lambda t: 0.001 if t < 0.015 else 0.030, local=True)
+    assert st.why == "delay"
+    rate, plateau, ramp = st.outcome(5_000.0)
+    assert ramp and rate == plateau == pytest.approx(startup.UNFILLED_GAIN * st.delivery_rate)
+    st = _delayed(lambda t: 0.001 if t < 0.015 else 0.030, local=True)
+    st.reports.said_rate("a", 4_000.0)  # its consumer, backlogged, takes 4,000 msgs/s
+    rate, plateau, ramp = st.outcome(5_000.0)
+    assert not ramp and rate == pytest.approx(startup.DRAIN * plateau) and plateau <= 4_000
 
 
 def test_a_delay_rise_that_falls_back_is_spurious_and_the_start_goes_on(monkeypatch):

@@ -20,7 +20,15 @@ import zmq
 from nakflow.live.receiver import Receiver
 from nakflow.live.sender import Sender
 from tests.netns import run_in_netns
-from transports import EndpointError, drain, open_pub, open_sub, parse_endpoints
+from transports import (
+    EndpointError,
+    drain,
+    is_host_local,
+    open_pub,
+    open_sub,
+    parse_endpoints,
+    path_kind,
+)
 
 IN_NETNS = os.environ.get("NAKFLOW_IN_NETNS") == "1"
 _ids = itertools.count()
@@ -132,6 +140,25 @@ def test_bad_endpoints_are_clear_errors() -> None:
         parse_endpoints("udp://1.2.3.4:5")
     with pytest.raises(EndpointError, match="at least one"):
         parse_endpoints(" , ")
+
+
+def test_a_path_is_host_local_where_every_data_endpoint_leads_to_this_host() -> None:
+    """Loopback tcp (any 127/8 address, ::1, localhost, with or without a source
+    interface), ipc and inproc lead to a process on this host; any other address or host
+    name, and a multicast group, may not (no name lookup: a host's own name counts as
+    remote). A sender's path is host-local only if every one of its data endpoints is."""
+    local = ["tcp://127.0.0.1:5600", "tcp://127.3.2.1:5600", "tcp://[::1]:5600",
+             "tcp://LOCALHOST:5600", "tcp://eth0;127.0.0.1:5600", "ipc:///tmp/nakflow-x",
+             "inproc://x"]
+    remote = ["tcp://10.99.0.2:5600", "tcp://myhost:5600", "tcp://[fe80::1]:5600",
+              "tcp://128.0.0.1:5600", "epgm://eth0;239.192.1.1:5555"]
+    assert [u for u in local if not is_host_local(u)] == []
+    assert [u for u in remote if is_host_local(u)] == []
+    assert path_kind(local) == (False, True)
+    assert path_kind([local[0], remote[0]]) == (False, False)
+    assert path_kind([remote[-1]]) == (True, False)
+    with pytest.raises(EndpointError, match="expected one of"):
+        is_host_local("udp://127.0.0.1:5")
 
 
 @pytest.mark.multicast

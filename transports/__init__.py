@@ -9,11 +9,13 @@ from .channels import (
     SocketOptions,
     check_pairs,
     drain,
+    is_host_local,
     is_multicast,
     open_pub,
     open_receiver_sockets,
     open_sub,
     parse_endpoints,
+    path_kind,
     scheme_of,
 )
 
@@ -26,10 +28,12 @@ __all__ = [
     "SocketOptions",
     "check_pairs",
     "drain",
+    "is_host_local",
     "is_multicast",
     "open_pub",
     "open_receiver_sockets",
     "open_sub",
     "parse_endpoints",
+    "path_kind",
     "scheme_of",
 ]

@@ -121,6 +121,32 @@ def is_multicast(uri: str) -> bool:
     return scheme_of(uri) in MULTICAST
 
 
+#: Host names of the loopback interface (besides 127.0.0.0/8).
+LOOPBACK_NAMES = ("localhost", "::1")
+
+
+def is_host_local(uri: str) -> bool:
+    """``uri`` leads to a process on this host: ``ipc://``, ``inproc://``, or ``tcp://``
+    to a loopback address (127.0.0.0/8, ``::1``, ``localhost``). Judged from the URI
+    alone, without a name lookup: a host's own name or address counts as remote, and a
+    tunnel or proxy that listens on loopback and forwards elsewhere is not recognised
+    (``SenderConfig.host_local=False`` says so)."""
+    scheme = scheme_of(uri)
+    if scheme in ("ipc", "inproc"):
+        return True
+    if scheme != "tcp":
+        return False
+    host = uri.partition("://")[2].rpartition(":")[0].rpartition(";")[2]  # (source;)host:port
+    host = host.strip("[]").lower()
+    return host in LOOPBACK_NAMES or host.startswith("127.")
+
+
+def path_kind(uris: Sequence[str]) -> tuple[bool, bool]:
+    """A sender's data endpoints: (multicast: some go to a group; host-local: every one
+    leads to a process on this host, ``is_host_local``)."""
+    return any(map(is_multicast, uris)), bool(uris) and all(map(is_host_local, uris))
+
+
 def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
     """``"tcp://a:1,tcp://b:2"`` or a list -> validated list of URIs."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)

@@ -60,12 +60,14 @@ BEHIND = frozenset((SIGNAL_CODES["delay"], SIGNAL_CODES["silence"]))
 class SenderCore(Endpoint):
     """Sender protocol state. ``config`` must carry its ``sender_id`` and ``epoch``
     (``SenderConfig.named``). Every frame it hands out is ready to go (sealed if keyed).
-    ``multicast``: the data goes to a group. ``path`` (the data endpoints) and
-    ``rate_memory``: with ``remember_rate`` (nak) it starts from the rate the memory holds
-    for its path, and leaves its validated rate there once an exact close is over."""
+    ``multicast``: the data goes to a group. ``local``: the data endpoints lead to
+    processes on this host (``SenderConfig.host_local`` overrides). ``path`` (the data
+    endpoints) and ``rate_memory``: with ``remember_rate`` (nak) it starts from the rate
+    the memory holds for its path, and leaves its validated rate there once an exact
+    close is over."""
 
     def __init__(self, config: SenderConfig, *, now: float, wall_offset: float = 0.0,
-                 multicast: bool = False, path: Sequence[str] = (),
+                 multicast: bool = False, local: bool = False, path: Sequence[str] = (),
                  rate_memory: RateMemory | None = None) -> None:
         sender_id, epoch = config.sender_id, config.epoch
         if sender_id is None or epoch is None:
@@ -83,6 +85,7 @@ class SenderCore(Endpoint):
                                        epoch=epoch, nak=nak, ack=cfg.ack,
                                        max_rate_msgs=cfg.max_rate_msgs)
         self.policy.t0 = now
+        self.policy.host_local = local if cfg.host_local is None else cfg.host_local
         if start_rate_msgs is None:  # nothing known of this path: the start finds out
             self.policy.use_startup()
         self.admission = Admission(self.policy)

@@ -18,10 +18,10 @@ from transports import (
     SocketOptions,
     check_pairs,
     drain,
-    is_multicast,
     open_pub,
     open_sub,
     parse_endpoints,
+    path_kind,
 )
 
 from ..config import SenderConfig, with_overrides
@@ -45,9 +45,9 @@ class AsyncSender:
         t0 = time.monotonic()
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
-        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0,
-                               multicast=any(map(is_multicast, data_uris)), path=data_uris,
-                               rate_memory=RATE_MEMORY)
+        multicast, local = path_kind(data_uris)
+        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, multicast=multicast,
+                               local=local, path=data_uris, rate_memory=RATE_MEMORY)
         self._on_event = on_event
         ctx: Any = context or zmq.asyncio.Context.instance()  # its sockets are asyncio's
         self._apub, _ = open_pub(ctx, data_uris, bind=False, options=options)

@@ -24,10 +24,10 @@ from transports import (
     SocketOptions,
     check_pairs,
     drain,
-    is_multicast,
     open_pub,
     open_sub,
     parse_endpoints,
+    path_kind,
 )
 
 from ..config import SenderConfig, with_overrides
@@ -78,9 +78,9 @@ class Sender:
         cfg = cfg.named(f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
-        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0,
-                               multicast=any(map(is_multicast, data_uris)), path=data_uris,
-                               rate_memory=RATE_MEMORY)
+        multicast, local = path_kind(data_uris)
+        self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, multicast=multicast,
+                               local=local, path=data_uris, rate_memory=RATE_MEMORY)
         self.config, self._on_event = cfg, on_event
         ctx = context or zmq.Context.instance()
         self._pub, _ = open_pub(ctx, data_uris, bind=False, options=options)

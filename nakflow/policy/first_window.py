@@ -22,10 +22,17 @@ class FirstWindow:
     on two cores) while ACK's credit let 10,000 go at once: NAK sent 15,000-17,000
     messages of 100 B in the first 0.1 s, ACK 29,000; with 16 KB (141 messages of 100 B)
     19,000-21,000. A slow link is no worse off: 16 KB is the 16 messages of 1 KB it
-    took before."""
+    took before.
 
-    def __init__(self, window_bytes: int | None) -> None:
+    ``local``: the path stays on this host (``SenderConfig.host_local``): no link lies
+    between the sender and its receivers' processes, only their sockets and queues,
+    whose room bounds a window as ACK's credit does; the window is half the least room,
+    whatever 16 KB would be (4 x 10,000-message queues: 2,000, where 16 KB is 16 messages
+    of 1 KB)."""
+
+    def __init__(self, window_bytes: int | None, *, local: bool = False) -> None:
         self.window_bytes = window_bytes  # None: the window in messages as given
+        self.local = local
         self.room: int | None = None  # the least room said (0: one did not say)
         self.msg_bytes: int | None = None  # the first message's payload
         self.closed = False  # sized: later words count no more
@@ -46,4 +53,6 @@ class FirstWindow:
         room, size = self.room, self.msg_bytes
         if not self.window_bytes or size is None or not room:
             return None
+        if self.local:
+            return min(room // 2, most)
         return min(self.window_bytes // (size + MSG_OVERHEAD_BYTES), room // 2, most)

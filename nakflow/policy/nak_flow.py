@@ -76,7 +76,7 @@ class NakFlow(SenderFlow):
             self.start = SlowStart(bound, max_rate_msgs=cfg.max_rate_msgs,
                                    ramp=(cfg.start_rate_msgs, cfg.ramp_factor, cfg.step_s),
                                    window_bytes=cfg.start_window_bytes if bound == window
-                                   else None)
+                                   else None, local=self.host_local)
 
     def size_hint(self, msg_bytes: int) -> None:
         if self.start is not None:  # (a start again mid-stream sizes no first window)
@@ -138,7 +138,8 @@ class NakFlow(SenderFlow):
         self._restart_from = rate
         self.start = SlowStart(min(cfg.start_window_msgs, RESTART_WINDOW_MSGS),
                                max_rate_msgs=cfg.max_rate_msgs,
-                               ramp=(rate, cfg.ramp_factor, cfg.step_s), base=seq)
+                               ramp=(rate, cfg.ramp_factor, cfg.step_s), base=seq,
+                               local=self.host_local)
         if ctl.rtt_s is not None:
             self.start.set_rtt(ctl.rtt_s)
 

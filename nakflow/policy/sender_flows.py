@@ -26,6 +26,8 @@ class SenderFlow(ABC):
     mode: ClassVar[str]
     #: The clock reading that snapshot times count from (the core sets its start).
     t0: float = 0.0
+    #: The data path stays on this host (the core sets it, ``SenderConfig.host_local``).
+    host_local: bool = False
 
     @abstractmethod
     def admit(self, n: int, *, now: float) -> tuple[int, float]:

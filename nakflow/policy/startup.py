@@ -13,8 +13,9 @@ receiver's queue has room for (ACK's credit):
 - the window starts at ``NakConfig.start_window_msgs`` (``RESTART_WINDOW_MSGS`` when it
   starts again mid-stream, into queues that may hold a backlog), or where every receiver
   that answered the sender's HELLO said its room, at ``NakConfig.start_window_bytes`` of
-  the first message's size within half the least room, if that is more (``FirstWindow``);
-  it grows by what the
+  the first message's size within half the least room, if that is more (``FirstWindow``;
+  on a path that stays on this host, ``local``, half the least room: no link to
+  overshoot, only the receivers' queues); it grows by what the
   slowest receiver confirms: it doubles each round trip (a round ends when the slowest
   receiver has everything sent when it began, and lasts ``ROUND_MIN_S`` and an RTT at
   least); it is never less than an RTT of the ramp it replaces (unless a receiver's queue
@@ -54,7 +55,10 @@ receiver's queue has room for (ACK's credit):
   them filling), or a full pipe showed no queue (``nothing_queued``: no delay rise
   standing, no queue filling, no backlog: the CPU the sender and its receivers get),
   or, after a delay rise or a full pipe, the last rounds confirmed fewer
-  than ``start_rounds.FULL_MIN_MSGS`` (``measured``: no rate, a guess).
+  than ``start_rounds.FULL_MIN_MSGS`` (``measured``: no rate, a guess), or on a path
+  that stays on this host (``local``) showed no queue filling and no backlog (from
+  ``UNFILLED_GAIN`` times it: the receivers' processes fell behind on the CPU they
+  share with the sender; no link queued).
 
 Receivers say nothing after the start: a healthy receiver's feedback is its first round
 trips' PROGRESS and nothing more. Sans-I/O: every call takes ``now``.
@@ -145,10 +149,12 @@ class SlowStart:
 
     def __init__(self, window_msgs: int, *, max_rate_msgs: float,
                  ramp: tuple[float, float, float] | None = None, base: int = 0,
-                 window_bytes: int | None = None) -> None:
+                 window_bytes: int | None = None, local: bool = False) -> None:
         self.cwnd = float(window_msgs)
+        #: the path stays on this host (``SenderConfig.host_local``): see ``outcome``
+        self.local = local
         #: sizes the first window in bytes before the first message (``FirstWindow``)
-        self.first = FirstWindow(window_bytes)
+        self.first = FirstWindow(window_bytes, local=local)
         self.first_window = window_msgs  # what it began with
         #: the seq the start begins at (0; a start again mid-stream: what was admitted)
         self.base = base
@@ -435,8 +441,10 @@ class SlowStart:
         rise, a full pipe or a stall (the last rounds' queue drains; after a NAK the rate
         itself: the NAK cuts it next); ``UNFILLED_GAIN`` times it, ramping on, where the
         sender did not fill its window and no queue filled (the start measured the sender,
-        not the path); where no receiver answered, the ramp from ``start_rate`` as without
-        a start."""
+        not the path), and on a path on this host (``local``) after a delay rise or a full
+        pipe with no queue filling and no backlog (no link queued: the receivers'
+        processes shared the CPU with the sender); where no receiver answered, the ramp
+        from ``start_rate`` as without a start."""
         bw = self.delivery_rate
         if self.why == "silent" or bw <= 0:
             return start_rate, start_rate, True
@@ -446,6 +454,12 @@ class SlowStart:
             return bw, bw, True  # a round is no rate: ramp on from it, as before the start
         if self.why == "full" and (self.room_held or self.nothing_queued):  # no pipe was
             return bw, bw, True  # full, or none that queues: ramp on as before the start
+        if (self.local and self.why in ("delay", "full") and not self.reports.take
+                and not self.filling):
+            # on one host no link queued: the receivers' processes fell behind on the
+            # CPU they share with the sender, and what the rounds measured is no
+            # capacity; as where the sender limited the start (its NAKs guard from here)
+            return bw * UNFILLED_GAIN, bw * UNFILLED_GAIN, True
         if self.why in ("delay", "full", "stall"):
             return bw * DRAIN, bw, False
         if self.why == "unfilled" and not self.reports.take and not self.filling:
