@@ -234,8 +234,13 @@ def test_a_sender_to_receivers_on_loopback_starts_with_what_their_queues_said_th
             return tx.snapshot()["policy"]["start"]
 
         here, elsewhere = start(), start(host_local=False)
+        # the command line says it too (a sender process, its report)
+        told = run_sender(rx.data_endpoints, rx.feedback_endpoints, mode="nak", count=3_000,
+                          size=1_000, wait_receivers=1,
+                          extra=["--stream", "here", "--host-local", "no"])
     assert here["first_window"] == 10_000 * 4 // 10 // 2, here
     assert elsewhere["first_window"] == 16, elsewhere
+    assert told["policy"]["start"]["first_window"] == 16 and told["exit_status"] == 0, told
 
 
 def test_nak_never_cuts_for_receivers_faster_than_the_sender():

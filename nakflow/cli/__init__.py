@@ -290,6 +290,11 @@ def _send_parser(sub: Any) -> None:
                         "pair (default: they must, over tcp/ipc)")
     s.add_argument("--wait-timeout", type=_positive, default=10.0, metavar="S",
                    help="... for at most this long")
+    s.add_argument("--host-local", choices=("auto", "yes", "no"), default="auto",
+                   help="nak: the receivers are processes on this host, with no network "
+                        "link between (the start then sends half their room at once); "
+                        "auto: judged from --data (loopback tcp, ipc, inproc); no: a "
+                        "tunnel or proxy on loopback that leads to another host")
     s.add_argument("--send-timeout", type=_positive, default=30.0, metavar="S",
                    help="give up if the flow control lets nothing out for this long (ack "
                         "with every receiver gone): report, no END, exit 1")

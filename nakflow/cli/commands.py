@@ -455,8 +455,9 @@ def cmd_send(args: argparse.Namespace) -> int:
                 sender_id=args.id, max_rate_msgs=args.max_rate,
                 options=socket_options(args), shared_key=shared_key(args),
                 repair=repair_config(args), linger_s=args.linger_s,
-                feedback_proxy=args.feedback_proxy,
-                frame_msgs=args.frame_msgs, nak=nak_config(args))
+                feedback_proxy=args.feedback_proxy, frame_msgs=args.frame_msgs,
+                host_local={"auto": None, "yes": True, "no": False}[args.host_local],
+                nak=nak_config(args))
     metrics = serve_metrics(args, tx)
     if metrics is not None:
         say(f"nakflow send: metrics on {metrics.url}")
