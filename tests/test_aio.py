@@ -250,6 +250,33 @@ def test_a_close_cancelled_while_it_waits_ends_with_the_receiver_unconfirmed():
         ("stopped", "unconfirmed", "the close was cut short before its receipt")]
 
 
+def test_an_async_sender_on_loopback_starts_with_half_the_room_as_the_threaded_one():
+    """The asyncio driver judges its path as the threaded one does: receivers on loopback,
+    so its start's first window is half the room their HELLO answers said (2,000 of a
+    10,000-message queue), 16 messages of 1 KB where it is told the path leads
+    elsewhere."""
+    async def main() -> tuple[dict, dict]:
+        async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak",
+                                 capacity_msgs=10_000, stream="ahere") as rx:
+            async def start(**kw: object) -> dict:
+                tx = AsyncSender(rx.data_endpoints, rx.feedback_endpoints, mode="nak",
+                                 stream="ahere", **kw)
+                await tx.wait_for_receivers(1)
+                await tx.send_batch([b"m" * 1_000] * 3_000)
+                await tx.close()
+                got = 0
+                while batch := await rx.get_many(100_000, timeout=0.5):
+                    got += len(batch)
+                assert got == 3_000
+                return tx.snapshot()["policy"]["start"]
+
+            return await start(), await start(host_local=False)
+
+    here, elsewhere = asyncio.run(main())
+    assert here["first_window"] == 10_000 * 4 // 10 // 2, here
+    assert elsewhere["first_window"] == 16, elsewhere
+
+
 def test_an_async_sender_remembering_its_path_starts_where_the_last_one_ended():
     """``remember_rate`` is the core's, so the asyncio driver keeps it as the threaded one
     does (it ignored it): a second AsyncSender on the path starts from the first's
