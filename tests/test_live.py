@@ -238,8 +238,8 @@ def test_a_sender_to_receivers_on_loopback_starts_with_what_their_queues_said_th
         told = run_sender(rx.data_endpoints, rx.feedback_endpoints, mode="nak", count=3_000,
                           size=1_000, wait_receivers=1,
                           extra=["--stream", "here", "--host-local", "no"])
-    assert here["first_window"] == 10_000 * 4 // 10 // 2, here
-    assert elsewhere["first_window"] == 16, elsewhere
+    assert (here["first_window"], here["host_local"]) == (10_000 * 4 // 10 // 2, True), here
+    assert (elsewhere["first_window"], elsewhere["host_local"]) == (16, False), elsewhere
     assert told["policy"]["start"]["first_window"] == 16 and told["exit_status"] == 0, told
 
 

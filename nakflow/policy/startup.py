@@ -468,7 +468,7 @@ class SlowStart:
 
     def snapshot(self, t0: float) -> dict[str, Any]:
         return {"ended": self.why, "rounds": self.rounds.count, "window": int(self.cwnd),
-                "first_window": self.first_window,
+                "first_window": self.first_window, "host_local": self.local,
                 "delivery_rate": round(self.delivery_rate, 1),
                 "receivers": len(self.reports.pos), "sent": self.ended_sent,
                 "spurious_delay_rises": self.rise.spurious,
