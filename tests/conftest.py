@@ -8,8 +8,15 @@ import time
 import urllib.request
 
 import pytest
+from hypothesis import settings
 
 from tests.netns import multicast_unavailable
+
+# Property tests check behaviour, never speed: no per-example deadline (hypothesis's
+# default, 200 ms, failed a sequence tracker's example at 528 ms on pure Python while
+# two test runs shared the two cores; the same example took 0.03 ms on its re-run).
+settings.register_profile("nakflow", deadline=None)
+settings.load_profile("nakflow")
 
 # -- three workers, two cores, then the quiet tests alone ---------------------------------
 #

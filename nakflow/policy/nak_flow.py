@@ -14,6 +14,7 @@ from .attribution import CutLog
 from .bucket import TokenBucket
 from .rate import NakRateController
 from .sender_flows import SenderFlow
+from .start_rounds import FULL_ROUNDS
 from .startup import RESTART_WINDOW_MSGS, STALL_S, SlowStart
 
 __all__ = ["MAX_ENDED_PEERS", "PATH_SIGNALS", "NakFlow"]
@@ -276,8 +277,12 @@ class NakFlow(SenderFlow):
         at), None if a message or two. Handed on too where the start is over but the
         meter has no period yet: a stream of 20,000 messages on loopback whose start
         ended and whose last message went within 50 ms of its first handed on nothing
-        (CI, under load), and its path's next sender began at slow start's first rate."""
-        bw = st.delivery_rate if st.rounds.measured else 0.0
+        (CI, under load), and its path's next sender began at slow start's first rate.
+        A stream over before FULL_ROUNDS of its rounds closed measured no round: what its
+        receivers confirmed over it, on one host (``SlowStart.confirmed_rate``)."""
+        rounds = st.rounds
+        bw = (st.delivery_rate if rounds.measured
+              else st.confirmed_rate() if rounds.count < FULL_ROUNDS else 0.0)
         peak = self.controller.sent_peak
         if bw > 0 and peak is not None:
             bw = min(bw, peak)

@@ -73,7 +73,7 @@ from .delay_rise import CSS_DIVISOR, DELAY_SAMPLES, ROUND_MIN_S, DelayRise
 from .first_window import FirstWindow
 from .progress import report_interval_us
 from .start_reports import StartReports
-from .start_rounds import StartRounds
+from .start_rounds import FULL_MIN_MSGS, StartRounds
 
 __all__ = ["DRAIN", "MAX_S", "RESTART_WINDOW_MSGS", "SILENT_S", "STALL_S", "UNFILLED_GAIN",
            "SlowStart", "StartPacer"]
@@ -174,6 +174,7 @@ class SlowStart:
         self.ended_sent: int | None = None  # what was sent (admitted) by its end
         self.rtt_s: float | None = None
         self._last_move: float | None = None  # when ``acked`` last moved (or t0)
+        self.acked_at: float | None = None  # when ``acked`` last moved (None: never)
         self.rise = DelayRise()
         #: when a delay rise was first seen (the start's first signal of a queue on the
         #: path: its growth slows from then, CSS), what had been sent by then, and what
@@ -300,7 +301,7 @@ class SlowStart:
                 grow /= CSS_DIVISOR
             self.cwnd = min(self.cwnd + grow, self.max_window)
             self.acked = least
-            self._last_move = now
+            self._last_move = self.acked_at = now
         elif reports.credit > credit:
             self._last_move = now  # a queue made room: no stall
         if moved:
@@ -371,6 +372,18 @@ class SlowStart:
         self.done, self.why, self.ended_at = True, why, now
         self.ended_sent = self.sent
         return True
+
+    def confirmed_rate(self) -> float:
+        """On a path that stays on this host, what the slowest receiver confirmed over the
+        whole start so far, msgs/s: the rate of a stream that ended before its rounds could
+        measure one (0: another path, where a first burst may be a token bucket's; fewer
+        than ``start_rounds.FULL_MIN_MSGS`` confirmed; no time). 20,000 messages of 50 B
+        from an asyncio sender to a receiver in its process went in 22 ms, inside the
+        start's first rounds, and handed the next sender of the path nothing."""
+        t0, at, n = self.t0, self.acked_at, self.acked - self.base
+        if not self.local or t0 is None or at is None or at <= t0 or n < FULL_MIN_MSGS:
+            return 0.0
+        return n / (at - t0)
 
     @property
     def delivery_rate(self) -> float:
