@@ -19,6 +19,7 @@ from nakflow.live.sender import Sender
 from nakflow.policy.progress import REPORT_S
 from nakflow.testing import LocalReceivers, ReceiverSpec, feedback_phases, run_mode, run_sender
 from tests.flood import send_under_flood
+from tests.why import why_dropped
 
 pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 SLOW_RATE = 10_000.0
@@ -36,18 +37,6 @@ def slow_receiver_runs() -> dict[str, dict]:
 
 def by_id(run: dict) -> dict[str, dict]:
     return {r["receiver_id"]: r for r in run["receivers"]}
-
-
-def why_dropped(run: dict, r: dict) -> dict:
-    """What a failure needs to tell a queue the flow control let fill from one its process
-    could not read in time: the queue over time, how late the receiving process ran, the
-    sender's start and cuts."""
-    tl = r["timeline"]
-    return {"receiver": r["receiver_id"], "late_max_ms": r["late_max_ms"],
-            "io_behind_polls": r["io_behind_polls"], "queue_peak": r["queue_peak"],
-            "timeline": {k: tl[k] for k in ("t", "depth", "dropped", "received")},
-            "start": run["sender"]["policy"]["start"],
-            "cut_events": run["sender"]["policy"]["cut_events"][:10]}
 
 
 def test_nak_slow_receiver_zero_loss_zero_drops_goodput_near_its_rate(slow_receiver_runs):

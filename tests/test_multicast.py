@@ -24,6 +24,7 @@ from nakflow.keyfile import load_shared_key
 from nakflow.testing import ReceiverSpec, run_mode
 from nakflow.wire import Data, FrameAuth, Nak, encode
 from tests.netns import run_in_netns
+from tests.why import why_dropped
 
 IN_NETNS = os.environ.get("NAKFLOW_IN_NETNS") == "1"
 COUNT = 20_000
@@ -60,7 +61,7 @@ def test_nak_over_epgm_one_slow_receiver_zero_loss(keyed: bool, key_file: str) -
                    extra_send=extra, extra_receive=extra)
     print(brief(run))
     for r in run["receivers"]:
-        assert (r["delivered"], r["dropped"], r["lost"]) == (COUNT, 0, 0), r["receiver_id"]
+        assert (r["delivered"], r["dropped"], r["lost"]) == (COUNT, 0, 0), why_dropped(run, r)
         assert (r["auth"] is not None) == keyed and r["malformed"] == 0
     slow = next(r for r in run["receivers"] if r["receiver_id"] == "slow")
     assert sum(slow["naks_sent"].values()) > 0 and run["sender"]["cuts"] > 0
@@ -146,5 +147,6 @@ def test_multicast_scenarios_in_private_netns(require_multicast: None) -> None:
     proc = run_in_netns(argv, timeout_s=400, env={"NAKFLOW_IN_NETNS": "1"})
     out = proc.stdout + proc.stderr
     print(out[-3000:])
-    assert proc.returncode == 0, out[-4000:]
+    failures = out.find("= FAILURES =")  # the inner failures whole (their why), not a tail
+    assert proc.returncode == 0, out[failures:failures + 12_000] if failures >= 0 else out[-4000:]
     assert f"{INNER_TESTS} passed" in out, out[-2000:]
