@@ -59,6 +59,8 @@ COLUMNS: dict[str, str] = {
     "cuts": "times a NAK cut a sender's rate limit, summed",
     "naks": "NAKs this receiver sent",
     "credits": "credit frames this receiver sent (ack mode)",
+    "p50_ms": "median latency from send to delivery to the application (the time in "
+              "the receiver's queue included; sampled), ms",
     "p99_ms": "99th percentile latency from send to delivery, ms",
     "recovery_s": "seconds from the fault until the other receivers' goodput was back to "
                   "90 % ('-': no fault, or never back)",

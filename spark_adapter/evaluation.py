@@ -219,12 +219,14 @@ def table_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for r in run["receivers"]:
         complete = {s["sender"] for s in r["senders"] if s["status"] == "complete"}
+        latency = r.get("latency_ms") or {}
         out.append({
             "mode": run["mode"], "receiver": r["receiver_id"], "rows_per_s": rows_per_s,
             # rows/s: a message is one row (foreach) or an Arrow message of many
             "goodput": round(r["goodput_msgs"] * r["rows"] / r["delivered"]
                              if r["delivered"] else 0), "delivered": r["rows"],
             "missing": run["rows"] - r["rows"], "done_s": done_s(run, r),
+            "p50_ms": _ms(latency.get("p50")), "p99_ms": _ms(latency.get("p99")),
             "dropped": r["dropped"],
             "repaired": r["repaired"], "lost": r["lost"], "dups": r["duplicates"],
             "complete": f"{len(complete)}/{run['partitions']}",
@@ -233,6 +235,10 @@ def table_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             "credits": r["credits_sent"],
         })
     return out
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def _count_rows(rows: Iterator[Any]) -> Iterator[int]:
@@ -331,6 +337,10 @@ def run_eval(spark: Any, cfg: EvalConfig,
             done = slowest_done_s(run)
             if done is not None:
                 tail += f"; the last receiver delivered its last row {done:.1f} s after the start"
+            slowest = max((p for r in table if r["mode"] == mode
+                           if (p := r.get("p50_ms")) is not None), default=None)
+            if slowest is not None:
+                tail += f"; median latency at the slowest receiver {slowest:,.0f} ms"
             via = "the data source" if cfg.writer == "datasource" else "foreachPartition"
             progress(f"[eval] mode {mode}: {rows:,} rows from {partitions} tasks ({via}) in "
                      f"{run['job_s']:.1f} s ({rows / run['job_s']:,.0f} rows/s){tail}")

@@ -220,6 +220,12 @@ def test_slow_receiver_none_drops_nak_and_ack_do_not(spark):
         assert table[mode, "slow"]["done_s"] >= 15_000 / 5_000, table[mode, "slow"]
         assert all(table[mode, r]["done_s"] > 0 for r in ("fast-1", "stalled")), mode
     assert table["ack", "slow"]["done_s"] > runs["ack"]["job_s"]
+    # p50_ms: how long rows took from their send to their delivery. The slow receiver's
+    # include its backlog (the senders outrun it in both modes), a fast one's do not
+    for mode in ("nak", "ack"):
+        slow, fast = table[mode, "slow"], table[mode, "fast-1"]
+        assert fast["p50_ms"] is not None and slow["p50_ms"] is not None, (mode, slow, fast)
+        assert fast["p50_ms"] < slow["p50_ms"] <= slow["p99_ms"], (mode, slow, fast)
 
 
 @on_local
