@@ -280,6 +280,8 @@ def test_a_rate_from_a_message_or_two_a_round_is_a_guess_and_the_limit_ramps_on(
         st.reports.report("slow", 0, 15, 0.0, 0)
         st.reports.report("slow", 0, 5, 0.0, 0)
         assert st.filling
+        report = st.snapshot(0.0)  # the report says what chose the hand-over
+        assert (report["filling"], report["take"]) == (True, None), report
         st.rounds.bws, st.rounds.msgs = [60.0, 55.0, 59.0], [1, 1, 1]
         assert not st.rounds.measured
         rate, plateau, ramp = st.outcome(5_000.0)
@@ -726,6 +728,7 @@ def test_a_nak_before_anything_was_sent_starts_the_limit_at_the_rate_it_reports(
     flow.on_feedback(Nak("s", "slow", 50, 52.0, 0.0, 1, 78.0), now=0.0)
     assert flow.start_report is not None and flow.start_report["ended"] == "nak"
     assert flow.start_report["limit_from"] == pytest.approx(78.0)
+    assert flow.start_report["take"] == pytest.approx(78.0)  # what it went by
     assert not flow.start_report["ramps_on"]
     assert flow.controller.rate(now=0.0) <= 78.0
     assert flow.controller.rate(now=0.3) < 100.0  # no ramp from 5,000 either

@@ -483,6 +483,8 @@ class SlowStart:
         return {"ended": self.why, "rounds": self.rounds.count, "window": int(self.cwnd),
                 "first_window": self.first_window, "host_local": self.local,
                 "delivery_rate": round(self.delivery_rate, 1),
+                "filling": self.filling,
+                "take": round(min(self.reports.take.values()), 1) if self.reports.take else None,
                 "receivers": len(self.reports.pos), "sent": self.ended_sent,
                 "spurious_delay_rises": self.rise.spurious,
                 "max_delay_rise_ms": round(self.rise.max_rise * 1000, 3),
