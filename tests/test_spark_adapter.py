@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import pickle
+import statistics
 import subprocess
 import sys
 import threading
@@ -386,6 +387,18 @@ def test_make_demo_output_is_only_nakflow_s(tmp_path):
     assert [{k: str(v) for k, v in r.items()} for r in saved["table"]] == rows  # same table
     for png in ("eval-timelines.png", "eval-summary.png"):
         assert (out / png).stat().st_size > 10_000
+    # the plots count rows, as the table does, where the receivers count messages (the
+    # data source's carry up to 128 rows each): the slow receiver's rate is about the
+    # 20,000 rows/s it consumes, its queue never above its bound of 5,000 rows
+    from spark_adapter.plots import delivery_series, queue_series
+
+    for one in saved["runs"]:
+        if one["mode"] == "none":  # over in 0.5 s, most of its samples before the job
+            continue
+        slow = next(r for r in one["receivers"] if r["receiver_id"] == "slow")
+        rates = delivery_series(slow, saved["config"])[1]
+        assert 10_000 < statistics.median(rates) < 30_000, (one["mode"], rates)
+        assert 1_000 < max(queue_series(slow, saved["config"])[1]) <= 5_000, one["mode"]
     log = next(line for line in run.stderr.splitlines() if "Spark's own log" in line)
     assert "log4j" in pathlib.Path(log.split(": ", 1)[1]).read_text()  # the noise went there
 
