@@ -346,7 +346,7 @@ def summarize(run: dict[str, Any]) -> list[dict[str, Any]]:
             "dups": r["duplicates"], "queue_peak": r["queue_peak"],
             "naks": sum(r["naks_sent"].values()), "credits": r["credits_sent"],
             "fb_per_s_at_sender": round(fb_per_s, 1),
-            "p99_ms": r["latency_ms"]["p99"],
+            "p50_ms": r["latency_ms"]["p50"], "p99_ms": r["latency_ms"]["p99"],
         })
     return rows
 

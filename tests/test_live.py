@@ -166,6 +166,7 @@ def test_demo_runs_from_the_console_script():
     table = json.loads(proc.stdout)["table"]
     assert {row["receiver"] for row in table} == {"slow", "fast-1", "fast-2"}
     assert all(row["delivered"] == 5000 and row["dropped"] == 0 for row in table)
+    assert all(row["p50_ms"] is not None and row["p50_ms"] <= row["p99_ms"] for row in table)
 
 
 def test_a_sender_remembering_its_path_starts_where_the_last_one_ended():
