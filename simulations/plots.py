@@ -17,6 +17,18 @@ COLORS = {"nak": "tab:blue", "ack": "tab:orange", "none": "tab:gray"}
 SWEEP_LABELS = {"rtt_s": "round-trip time, s", "receivers": "receivers"}
 
 
+def engine_note(results: Sequence[dict[str, Any]]) -> str:
+    """What ran ``results``, for a plot's title: the real cores have repair, the vectorised
+    model has none (a sweep run on the cores was captioned "this model has no repair")."""
+    engines = {r.get("engine", "model") for r in results}
+    if engines == {"cores"}:
+        return "the real protocol cores, repair on (NAK's drops are re-sent from the history)"
+    if engines == {"model"}:
+        return ("the vectorised model, which has no repair (live and on the cores, NAK's "
+                "drops are re-sent from the history)")
+    return "the real protocol cores (repair on) where small, the vectorised model (no repair) above"
+
+
 def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> list[str]:
     """Rate and queue traces per mode (first point); for sweeps, the sweep curves."""
     paths = []
@@ -51,7 +63,8 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
         ax.grid(alpha=0.3)
     point = "" if first == "-" else f" at {first}"
     fig.suptitle(f"simulation '{scenario}'{point}: {params['receivers']:,} receivers, "
-                 f"RTT {params['rtt_s'] * 1000:g} ms, queue bound {cap:,} msgs", fontsize=10)
+                 f"RTT {params['rtt_s'] * 1000:g} ms, queue bound {cap:,} msgs\n"
+                 f"{engine_note(per_mode)}", fontsize=10)
     fig.tight_layout()
     paths.append(_save(fig, out, f"{scenario}-traces.png"))
 
@@ -75,11 +88,9 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
             ax.grid(alpha=0.3)
         for ax in (ax_d, ax_f):
             ax.set_yscale("symlog", linthresh=1)
-            ax.set_ylim(bottom=0)
+            ax.set_ylim(0, max(2.0, ax.get_ylim()[1]))  # all 0: an axis to 2, not to 0.05
         fig.suptitle(f"simulation '{scenario}': {params['receivers']:,} receivers, queue bound "
-                     f"{cap:,} msgs; this model has no repair (with repair, live and in "
-                     "simulations/cores.py, NAK's drops are re-sent from the history)",
-                     fontsize=9)
+                     f"{cap:,} msgs; {engine_note(results)}", fontsize=9)
         fig.tight_layout()
         paths.append(_save(fig, out, f"{scenario}-sweep.png"))
     return paths

@@ -189,6 +189,16 @@ def test_simulate_cli_table_json_out_and_errors(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_the_plots_say_which_engine_ran_and_whether_it_repairs():
+    """A sweep run on the real cores (repair on) was captioned "this model has no
+    repair", the vectorised model's caveat."""
+    from simulations.plots import engine_note
+
+    assert "cores, repair on" in engine_note([{"engine": "cores"}] * 2)
+    assert "model, which has no repair" in engine_note([{"engine": "model"}, {}])
+    assert "where small" in engine_note([{"engine": "cores"}, {"engine": "model"}])
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_spark_sweep_gives_the_same_numbers_as_the_local_run(tmp_path):
