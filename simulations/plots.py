@@ -36,14 +36,19 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
     per_mode = [r for r in results if r["point"] == first]
     params = per_mode[0]["params"]
     fig, (ax_rate, ax_q) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True)
+    senders = int(params.get("senders", 1))  # the trace sums what they sent; the limit is
+    # the first one's (3 senders at 10,000 msgs/s in all drew under a limit of 3,300)
+    summed, one = ((f", {senders} senders summed", " of one sender") if senders > 1
+                   else ("", ""))
     for r in per_mode:
         tr, c = r["trace"], COLORS.get(r["mode"])
         t = tr["t"]
         ts, rate = rate_series(t, tr["sent"], 0.1)
-        ax_rate.plot(ts, rate, color=c, lw=1.0, label=f"{r['mode']} send rate (100 ms)")
+        ax_rate.plot(ts, rate, color=c, lw=1.0,
+                     label=f"{r['mode']} send rate (100 ms{summed})")
         if r["mode"] == "nak":
             ax_rate.plot(t, [v if v is not None else float("nan") for v in tr["rate_limit"]],
-                         color="tab:green", lw=0.7, ls="--", label="nak rate limit")
+                         color="tab:green", lw=0.7, ls="--", label=f"nak rate limit{one}")
         roles = {rx["id"]: rx["role"] for rx in r["receivers"]}
         for j, (name, q) in enumerate(tr["queue"].items()):
             ax_q.plot(t, q, color=c, lw=0.8, ls=["-", ":", "-.", "--"][j % 4],
@@ -54,7 +59,8 @@ def plot_results(out: str, scenario: str, results: Sequence[dict[str, Any]]) -> 
     _mark_events(ax_rate, ax_q, params, {r["mode"] for r in per_mode})
     ax_rate.set_ylabel("msgs/s (log scale)")
     ax_rate.set_yscale("log")
-    ax_rate.set_title("the sender: send rate and NAK rate limit", fontsize=9)
+    ax_rate.set_title(f"the sender{'s' if senders > 1 else ''}: send rate and NAK rate limit",
+                      fontsize=9)
     ax_q.set_title("receivers' queues: one receiver of each role is drawn", fontsize=9)
     ax_q.set_ylabel("queue depth, msgs")
     ax_q.set_xlabel("time, s")
