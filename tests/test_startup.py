@@ -725,7 +725,12 @@ def test_a_nak_before_anything_was_sent_starts_the_limit_at_the_rate_it_reports(
     flow.use_startup()
     flow.set_rtt(0.001)
     assert flow.starting
+    # in its start the window paces the sender: no rate limit to report (one that ended
+    # there reported the 5,000 msgs/s the limit would have begun at)
+    assert (flow.snapshot()["rate_limit"], flow.snapshot()["starting"]) == (None, True)
     flow.on_feedback(Nak("s", "slow", 50, 52.0, 0.0, 1, 78.0), now=0.0)
+    assert flow.snapshot()["rate_limit"] == pytest.approx(78.0)
+    assert not flow.snapshot()["starting"]
     assert flow.start_report is not None and flow.start_report["ended"] == "nak"
     assert flow.start_report["limit_from"] == pytest.approx(78.0)
     assert flow.start_report["take"] == pytest.approx(78.0)  # what it went by

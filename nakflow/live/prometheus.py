@@ -40,7 +40,7 @@ SENDER_COUNTERS = (
     ("nakflow_send_blocked_seconds", "blocked_s",
      "Seconds send() waited for the rate limit or credit"),
     ("nakflow_credit_stalled_seconds", "credit_stalled_s",
-     "Seconds the sender had no credit (ack mode)"),
+     "Seconds the sender waited for its receivers: credit (ack), its start's window (nak)"),
     ("nakflow_try_send_refused", "try_refused", "try_send() calls that said not now"),
     ("nakflow_feedback_frames_received", "feedback_frames",
      "Feedback frames received (NAKs, credits, repair requests, HELLOs)"),
@@ -130,7 +130,8 @@ def snapshot_metrics(snap: Mapping[str, Any]) -> list[Metric]:
     for name, key, doc in counters:
         add(CounterMetricFamily, name, doc, snap.get(key) or 0)
     for name, key, doc in gauges:
-        add(GaugeMetricFamily, name, doc, snap.get(key) or 0)
+        if snap.get(key, 0) is not None:  # None: no such figure now (a NAK sender's rate
+            add(GaugeMetricFamily, name, doc, snap.get(key) or 0)  # limit in its start)
     naks_key = "naks_received" if role == "sender" else "naks_sent"
     naks = CounterMetricFamily("nakflow_naks", "NAKs received (role sender) or sent (role "
                                "receiver), by fill level in percent", labels=[*names, "level"])

@@ -300,8 +300,15 @@ class NakFlow(SenderFlow):
         return self.controller.rate(now=now), None
 
     def snapshot(self) -> dict[str, Any]:
+        """The controller's and the attribution's figures, and the start's report. While a
+        start runs (``starting``; or a start again, after another sender ended), its window
+        paces the sender, not the rate limit: ``rate_limit`` is None then (a stream of
+        20,000 that ended in its start reported the 5,000 msgs/s the limit would have
+        begun at, beside the 520,000 it was sent at)."""
         st = self.start
-        return {"mode": self.mode, **self.controller.snapshot(),
+        limit = {} if st is None else {"rate_limit": None}
+        return {"mode": self.mode, **self.controller.snapshot(), **limit,
+                "starting": st is not None,  # a start, or a start again, runs now
                 **self.attribution.snapshot(t0=self.t0),
                 "start": (st.snapshot(self.t0) if st is not None and not self.restarts
                           else self.start_report),
