@@ -62,10 +62,17 @@ FAULTS = ("kill", "stop", "hang")
 WINDOW_S = 0.1
 JGROUPS_JARS = ("/usr/share/java/jgroups.jar",)
 NETNS_SETUP = "ip link set lo up multicast on && ip route add 224.0.0.0/4 dev lo"
-NOTES = {"faulty_told": "of those, how many the stopped receiver was told are beyond the "
+NOTES = {"system": "what moved the messages: a JGroups 2.12 group (its udp.xml), or "
+                  "nakflow's CLI in a mode",
+         "fault": "what befell the last receiver: kill (SIGKILL), stop (SIGSTOP, SIGCONT "
+                  "after --stop-for) or hang (SIGSTOP until the sender finished)",
+         "before": "the others' mean rate in the second before the fault, msgs/s",
+         "cut_by": "the sender's rate cuts by what caused them (the NAK's signal)",
+         "faulty_told": "of those, how many the stopped receiver was told are beyond the "
                        "sender's history (GONE: counted and reported, not silent)",
-         "stalled_s": "seconds (100 ms windows) the two others took < 10 % of their rate "
+         "stalled_s": "seconds (100 ms windows) the others took < 10 % of their rate "
                       "before the fault",
+         "receiver": "r0 to rN-1 (--receivers N); the last one is the faulty one",
          "below_0.9_s": "seconds their rate was below 0.9x, from 50 ms after the fault to "
                         "2 s after it ended",
          "worst_window": "their slowest 100 ms window in that span, as a fraction of before",
@@ -415,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                   for r in rows for x in r.get("receivers") or []]
         if per_rx:
             print()
-            print(format_table(per_rx, notes={k: NOTES[k] for k in ("role", "lacks",
-                                                                    "at_close")}))
+            keys = ("system", "fault", "receiver", "role", "lacks", "at_close")
+            print(format_table(per_rx, notes={k: NOTES[k] for k in keys}))
     for line in lacking:
         log(f"LOSS: {line}")
     return 1 if lacking else 0

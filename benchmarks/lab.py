@@ -37,7 +37,11 @@ from nakflow.testing import feedback_phases, first_signal
 
 SUBNET = "10.99.0"
 DATA_GROUP, FEEDBACK_GROUP = "239.193.7.1:5601", "239.193.7.2:5602"
-LAB_NOTES = {"receiver": "rx1, rx2 on full-speed links; the last one behind the --bottleneck "
+LAB_NOTES = {"transport": "tcp (each receiver's own connections), epgm (PGM multicast over "
+                          "UDP) or norm (the NORM-CC peer), through the namespaces' bridge",
+             "rows_per_s": "the whole run at the sender: messages sent / the time it took "
+                           "to send them (the same on every row of a run)",
+             "receiver": "rx1, rx2 on full-speed links; the last one behind the --bottleneck "
                         "link (a tbf qdisc)",
              "link": "the receiver's link: bridge port rate (tbf) or 'full'",
              "repair_reqs": "repair requests this receiver sent (nak mode)",

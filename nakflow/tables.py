@@ -33,6 +33,9 @@ COLUMNS: dict[str, str] = {
     "lost": "messages that never arrived (lost in flight) and were not repaired",
     "beyond_history": "lost or dropped, and no longer in the sender's history when the "
                       "receiver asked for it (nak with repair)",
+    "dropped_unrepaired": "messages this receiver's full queue dropped that no repair "
+                          "brought back",
+    "missed_before_join": "messages a sender sent before this receiver joined its stream",
     "dups": "messages that arrived more than once (e.g. a retried Spark task re-sent its "
             "partition)",
     "complete": "senders whose stream this receiver holds whole (its END came and "

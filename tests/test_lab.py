@@ -117,6 +117,8 @@ def test_the_docs_lab_command_runs_as_written(tmp_path):
     rows = parse_table(run.stdout)
     assert [(r["mode"], r["receiver"], r["delivered"], r["missing"]) for r in rows] == [
         ("nak", rx, "4000", "0") for rx in ("rx1", "rx2", "rx3")]
+    for column in rows[0]:  # the legend explains every column (transport had no words)
+        assert f"\n  {column} " in run.stdout, column
     # the start's overshoot, printed: the start ended, or the sender cut, on a signal of
     # the path (rx3 is behind the slow link) after sending some of the messages; every
     # receiver answered the start, and the fast ones sent no NAK at all
