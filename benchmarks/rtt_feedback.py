@@ -42,6 +42,7 @@ def main() -> int:
                 print(f"[rtt_feedback] {scenario} {label} {name}: done", file=sys.stderr,
                       flush=True)
     print(format_table(rows, notes={
+        "scenario": "the simulated deployment (nakflow simulate --list), in nak mode",
         "receivers": "how receivers use the group RTT senders advertise",
         "dropped": "messages dropped by full queues, all receivers (no repair here)",
         "naks_at_sender": "NAKs that reached the sender",

@@ -20,6 +20,8 @@ COLUMNS: dict[str, str] = {
     "receiver": "which receiver; slow consumes at a fixed rate, fast-N as fast as it can, "
                 "stalled stops consuming for a while",
     "point": "the swept parameter's value for this row ('-': the scenario is no sweep)",
+    "scenario": "which deployment ran (described above the table, or by nakflow simulate "
+                "--list)",
     "rows_per_s": "the whole job: rows sent / job wall time (the same on every row of a "
                   "mode)",
     "send_rate": "messages per second the sender(s) sent",
