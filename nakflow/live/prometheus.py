@@ -130,8 +130,9 @@ def snapshot_metrics(snap: Mapping[str, Any]) -> list[Metric]:
     for name, key, doc in counters:
         add(CounterMetricFamily, name, doc, snap.get(key) or 0)
     for name, key, doc in gauges:
-        if snap.get(key, 0) is not None:  # None: no such figure now (a NAK sender's rate
-            add(GaugeMetricFamily, name, doc, snap.get(key) or 0)  # limit in its start)
+        value = snap.get(key, 0)
+        if value is not None:  # None: no such figure now (a NAK sender's limit in its start)
+            add(GaugeMetricFamily, name, doc, value)
     naks_key = "naks_received" if role == "sender" else "naks_sent"
     naks = CounterMetricFamily("nakflow_naks", "NAKs received (role sender) or sent (role "
                                "receiver), by fill level in percent", labels=[*names, "level"])

@@ -467,16 +467,16 @@ class SlowStart:
             return bw, bw, True  # a round is no rate: ramp on from it, as before the start
         if self.why == "full" and (self.room_held or self.nothing_queued):  # no pipe was
             return bw, bw, True  # full, or none that queues: ramp on as before the start
-        if (self.local and self.why in ("delay", "full") and not self.reports.take
-                and not self.filling):
-            # on one host no link queued: the receivers' processes fell behind on the
-            # CPU they share with the sender, and what the rounds measured is no
-            # capacity; as where the sender limited the start (its NAKs guard from here)
+        # the rounds measured no capacity where no queue filled and no consumer has a
+        # backlog, and either the sender limited them, or the path stays on this host (no
+        # link queued: the receivers' processes fell behind on the CPU they share with
+        # the sender): ramp on from twice their rate, its NAKs guard from there
+        sender_limited = self.why == "unfilled"
+        cpu_limited = self.local and self.why in ("delay", "full")
+        if (sender_limited or cpu_limited) and not self.reports.take and not self.filling:
             return bw * UNFILLED_GAIN, bw * UNFILLED_GAIN, True
         if self.why in ("delay", "full", "stall"):
             return bw * DRAIN, bw, False
-        if self.why == "unfilled" and not self.reports.take and not self.filling:
-            return bw * UNFILLED_GAIN, bw * UNFILLED_GAIN, True  # it measured the sender
         return bw, bw, True  # time, or unfilled at a consumer's rate (a backlog, a filling queue)
 
     def snapshot(self, t0: float) -> dict[str, Any]:
