@@ -11,7 +11,7 @@ from typing import Any
 
 from nakflow import AckConfig, ConfigError, NakConfig, RepairConfig, check_mode
 from nakflow.config import LINGER_S
-from transports import SocketOptions, check_pairs, is_multicast, parse_endpoints
+from transports import SocketOptions, check_pairs, parse_endpoints, receivers_expected
 
 log = logging.getLogger("nakflow.spark")
 
@@ -20,8 +20,9 @@ REQUIRE_COMPLETE = ("live", "all", "none")
 
 
 def default_wait_receivers(data: Sequence[str]) -> int:
-    """One receiver per data endpoint; a multicast group: at least one."""
-    return 1 if any(is_multicast(u) for u in data) else len(data)
+    """One receiver per data endpoint; a multicast group: at least one (as ``nakflow
+    send``: ``transports.receivers_expected``)."""
+    return receivers_expected(data)
 
 
 @dataclass(frozen=True)

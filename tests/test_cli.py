@@ -273,6 +273,32 @@ def test_a_sender_interrupted_while_its_close_waits_reports_who_it_still_awaited
             proc.communicate()
 
 
+def test_a_sender_waits_for_every_receiver_its_data_list_names() -> None:
+    """Given two receivers' endpoints, ``nakflow send`` waits for both before it sends, as
+    the Spark writer does (``--wait-receivers`` one per data endpoint): with one of them
+    down it sends nothing and exits 2, naming how many answered. Before, it waited for
+    one and sent: the other, up a moment later, got the stream's start only from the
+    history (and nothing of it, were that forgotten)."""
+    (d1, f1), (d2, f2) = endpoints(), endpoints()
+    up = receiver(d1, f1, "--duration", "30")
+    try:
+        tx = nakflow("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}", "--count",
+                     "100", "--wait-timeout", "1")
+        assert tx.returncode == 2, tx.stderr
+        assert "1 of 2 receivers answered" in tx.stderr and "ready; sending" not in tx.stderr
+        both = receiver(d2, f2, "--senders", "1")
+        tx = nakflow("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}", "--count",
+                     "100")
+        assert tx.returncode == 0, tx.stderr
+        assert "2 receivers ready; sending" in tx.stderr
+        out, err = both.communicate(timeout=60)
+        assert both.returncode == 0, err
+        assert json.loads(out)["delivered"] == 100
+    finally:
+        up.kill()
+        up.communicate()
+
+
 def test_a_late_receiver_gets_what_the_history_still_holds() -> None:
     """A receiver started after the sender began is offered the stream's start from the
     sender's history (late join): it ends with everything. The sending lasts 4 s at its
@@ -283,7 +309,7 @@ def test_a_late_receiver_gets_what_the_history_still_holds() -> None:
     late_data, late_fb = endpoints()
     tx = subprocess.Popen(nakflow_cmd("send", "--data", f"{data},{late_data}", "--feedback",
                                       f"{fb},{late_fb}", "--count", "20000", "--max-rate",
-                                      "5000"), stdout=subprocess.PIPE,
+                                      "5000", "--wait-receivers", "1"), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)
     late = receiver(late_data, late_fb, "--senders", "1")

@@ -16,6 +16,7 @@ from .channels import (
     open_sub,
     parse_endpoints,
     path_kind,
+    receivers_expected,
     scheme_of,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "open_sub",
     "parse_endpoints",
     "path_kind",
+    "receivers_expected",
     "scheme_of",
 ]

@@ -141,6 +141,12 @@ def is_host_local(uri: str) -> bool:
     return host in LOOPBACK_NAMES or host.startswith("127.")
 
 
+def receivers_expected(data: Sequence[str]) -> int:
+    """How many receivers a sender's data endpoints lead to, at least: one per endpoint
+    (each receiver binds its own), one for a multicast group (who joined is not known)."""
+    return 1 if any(map(is_multicast, data)) else len(data)
+
+
 def path_kind(uris: Sequence[str]) -> tuple[bool, bool]:
     """A sender's data endpoints: (multicast: some go to a group; host-local: every one
     leads to a process on this host, ``is_host_local``)."""

@@ -280,10 +280,11 @@ def _send_parser(sub: Any) -> None:
                    help="repair history bound, payload bytes (default 64 MiB)")
     s.add_argument("--history-age", dest="history_age_s", type=_positive, default=None,
                    metavar="S", help="repair history bound, age (default 5 s)")
-    s.add_argument("--wait-receivers", type=_count, default=1, metavar="N",
+    s.add_argument("--wait-receivers", type=_count, default=None, metavar="N",
                    help="wait until N receivers answered before sending (in ack also "
                         "granted credit); exit 2 if they do not within --wait-timeout; 0: "
-                        "do not wait, send to whoever listens")
+                        "do not wait, send to whoever listens (default: one per --data "
+                        "endpoint, 1 for a multicast group)")
     s.add_argument("--feedback-proxy", action="store_true",
                    help="the --feedback endpoints are a proxy's that forwards every "
                         "receiver's feedback, not one per receiver: the lists need not "

@@ -446,6 +446,10 @@ def cmd_send(args: argparse.Namespace) -> int:
     from ..live.sender import Sender
 
     _distinct_endpoints(args.data, args.feedback, pairs=not args.feedback_proxy)
+    if args.wait_receivers is None:  # every receiver the --data list leads to
+        from transports import parse_endpoints, receivers_expected
+
+        args.wait_receivers = receivers_expected(parse_endpoints(args.data))
     payload = b"x" * args.size
     count = args.count if args.count is not None else (None if args.duration else 10_000)
     interrupted: str | None = None
