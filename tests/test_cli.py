@@ -276,7 +276,7 @@ def test_a_sender_interrupted_while_its_close_waits_reports_who_it_still_awaited
 def test_a_sender_waits_for_every_receiver_its_data_list_names() -> None:
     """Given two receivers' endpoints, ``nakflow send`` waits for both before it sends, as
     the Spark writer does (``--wait-receivers`` one per data endpoint): with one of them
-    down it sends nothing and exits 2, naming how many answered. Before, it waited for
+    down it sends nothing and exits 2, naming how many answered where. Before, it waited for
     one and sent: the other, up a moment later, got the stream's start only from the
     history (and nothing of it, were that forgotten)."""
     (d1, f1), (d2, f2) = endpoints(), endpoints()
@@ -285,7 +285,8 @@ def test_a_sender_waits_for_every_receiver_its_data_list_names() -> None:
         tx = nakflow("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}", "--count",
                      "100", "--wait-timeout", "1")
         assert tx.returncode == 2, tx.stderr
-        assert "1 of 2 receivers answered" in tx.stderr and "ready; sending" not in tx.stderr
+        assert f"1 of 2 receivers answered in 1 s on {d1}, {d2}" in tx.stderr
+        assert "ready; sending" not in tx.stderr
         both = receiver(d2, f2, "--senders", "1")
         tx = nakflow("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}", "--count",
                      "100")

@@ -76,6 +76,7 @@ class SenderCore(Endpoint):
         self.mode, self.stream, self.sender_id, self.epoch = cfg.mode, cfg.stream, sender_id, epoch
         #: where a ``remember_rate`` sender (nak) finds and leaves its path's rate (its
         #: stream and data endpoints, ``path``)
+        self.path = tuple(path)  # named in errors: where the receivers were looked for
         self._memory = (None if rate_memory is None or not cfg.remember_rate
                         or cfg.mode != "nak" else PathRate(rate_memory, cfg.stream, path))
         start_rate_msgs = None if self._memory is None else self._memory.recall(now=now)
@@ -307,6 +308,14 @@ class SenderCore(Endpoint):
         heard = (None if self.key_mismatch_detail is None
                  else f"{self.key_mismatch:,} {self.key_mismatch_detail}")
         return self.receiver_wait.error(now, timed_out=timed_out, key_mismatch=heard)
+
+    def wait_timed_out(self, now: float, ready: int, n: int, timeout_s: float) -> Exception:
+        """What a driver raises when its wait for ``n`` receivers ran ``timeout_s`` out
+        with ``ready``: the cause if one is known (``wait_error``), else a TimeoutError
+        that names the data endpoints the receivers were looked for on."""
+        where = f" on {', '.join(self.path)}" if self.path else ""
+        return self.wait_error(now, timed_out=True) or TimeoutError(
+            f"{ready} of {n} receivers answered in {timeout_s:g} s{where}")
 
     def wait_over(self, now: float) -> None:
         """The driver stopped waiting for admission (gave up): count the time waited."""

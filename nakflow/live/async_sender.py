@@ -109,8 +109,7 @@ class AsyncSender:
                 if (error := core.wait_error(time.monotonic())) is not None:
                     raise error
                 if time.monotonic() >= end:
-                    raise core.wait_error(time.monotonic(), timed_out=True) or TimeoutError(
-                        f"{ready} of {n} receivers answered in {timeout} s")
+                    raise core.wait_timed_out(time.monotonic(), ready, n, timeout)
                 await self._progressed(end - time.monotonic())
         finally:
             core.want_receivers(0, time.monotonic())

@@ -192,8 +192,7 @@ class Sender:
                     if (error := core.wait_error(now)) is not None:
                         raise error
                     if now >= end:
-                        raise core.wait_error(now, timed_out=True) or TimeoutError(
-                            f"{ready} of {n} receivers answered in {timeout} s")
+                        raise core.wait_timed_out(now, ready, n, timeout)
                     self._service(now, max(0.0, min(end, self._timer_at(end)) - now))
                     now = time.monotonic()
             finally:
