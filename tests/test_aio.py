@@ -315,3 +315,40 @@ def test_an_async_sender_remembering_its_path_starts_where_the_last_one_ended():
     assert aborted.core.start_rate_msgs == kept[0]  # it started from there, and left
     assert after_abort == kept  # nothing: an aborted stream says nothing of its path
     assert threaded.start_rate_msgs == kept[0]  # the same memory, either driver
+
+
+def test_both_senders_wait_by_default_for_every_receiver_their_data_endpoints_name():
+    """``wait_for_receivers()`` with no count waits for one receiver per data endpoint, as
+    ``nakflow send`` and the Spark writer do: with one of two up it times out naming both
+    endpoints (before, a count was required, and the examples' ``1`` let the sender go
+    on with half its receivers); with both up it returns 2."""
+    first = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    second: Receiver | None = None
+    try:
+        data = [*first.data_endpoints, "tcp://127.0.0.1:9"]  # nobody binds port 9
+        feedback = [*first.feedback_endpoints, "tcp://127.0.0.1:11"]
+        with Sender(data, feedback) as tx, pytest.raises(TimeoutError) as err:
+            tx.wait_for_receivers(timeout=0.5)
+        assert f"1 of 2 receivers answered in 0.5 s on {data[0]}, {data[1]}" in str(err.value)
+
+        async def one_sender() -> None:
+            async with AsyncSender(data, feedback) as atx:
+                await atx.wait_for_receivers(timeout=0.5)
+
+        with pytest.raises(TimeoutError, match="1 of 2 receivers answered"):
+            asyncio.run(one_sender())
+        second = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+        both = [*first.data_endpoints, *second.data_endpoints]
+        both_fb = [*first.feedback_endpoints, *second.feedback_endpoints]
+        with Sender(both, both_fb) as tx:
+            assert tx.wait_for_receivers(timeout=10) == 2
+
+        async def both_async() -> int:
+            async with AsyncSender(both, both_fb) as atx:
+                return await atx.wait_for_receivers(timeout=10)
+
+        assert asyncio.run(both_async()) == 2
+    finally:
+        first.close()
+        if second is not None:
+            second.close()

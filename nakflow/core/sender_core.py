@@ -74,9 +74,9 @@ class SenderCore(Endpoint):
             raise ConfigError("SenderCore needs a sender_id and epoch (SenderConfig.named)")
         self.config = cfg = config
         self.mode, self.stream, self.sender_id, self.epoch = cfg.mode, cfg.stream, sender_id, epoch
+        self.path = tuple(path)  # the data endpoints, named where no receiver answered
         #: where a ``remember_rate`` sender (nak) finds and leaves its path's rate (its
         #: stream and data endpoints, ``path``)
-        self.path = tuple(path)  # named in errors: where the receivers were looked for
         self._memory = (None if rate_memory is None or not cfg.remember_rate
                         or cfg.mode != "nak" else PathRate(rate_memory, cfg.stream, path))
         start_rate_msgs = None if self._memory is None else self._memory.recall(now=now)

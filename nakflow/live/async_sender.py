@@ -22,6 +22,7 @@ from transports import (
     open_sub,
     parse_endpoints,
     path_kind,
+    receivers_expected,
 )
 
 from ..config import SenderConfig, with_overrides
@@ -94,10 +95,13 @@ class AsyncSender:
             if wait:
                 await self._wait(offer, wait, now, timeout)
 
-    async def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
-        """Wait until ``n`` receivers answered HELLO (in ack mode: and granted credit).
-        Raises TimeoutError, or PeerMismatch as soon as a receiver that answered runs
-        another mode or holds another shared key."""
+    async def wait_for_receivers(self, n: int | None = None, timeout: float = 10.0) -> int:
+        """Wait until ``n`` receivers answered HELLO (in ack mode: and granted credit);
+        by default every receiver the data endpoints lead to (``Sender``'s). Raises
+        TimeoutError, or PeerMismatch as soon as a receiver that answered runs another
+        mode or holds another shared key."""
+        if n is None:
+            n = receivers_expected(self.core.path)
         core, now = self.core, time.monotonic()
         end = now + timeout
         core.want_receivers(n, now)

@@ -28,6 +28,7 @@ from transports import (
     open_sub,
     parse_endpoints,
     path_kind,
+    receivers_expected,
 )
 
 from ..config import SenderConfig, with_overrides
@@ -176,11 +177,16 @@ class Sender:
                 if now >= end:
                     return
 
-    def wait_for_receivers(self, n: int, timeout: float = 10.0) -> int:
+    def wait_for_receivers(self, n: int | None = None, timeout: float = 10.0) -> int:
         """Block until ``n`` receivers answered this sender's HELLO on the data channel
         (which proves the path up, against ZeroMQ's slow-joiner loss); in ``ack`` each
-        must also have granted. Raises TimeoutError, or PeerMismatch as soon as a
-        receiver that answered runs another mode or holds another shared key."""
+        must also have granted. ``n`` by default: every receiver the data endpoints
+        lead to (one per endpoint, 1 for a multicast group, ``receivers_expected``), as
+        ``nakflow send`` and the Spark writer wait. Raises TimeoutError, or PeerMismatch
+        as soon as a receiver that answered runs another mode or holds another shared
+        key."""
+        if n is None:
+            n = receivers_expected(self.core.path)
         with self._lock:
             core, now = self.core, time.monotonic()
             end = now + timeout
