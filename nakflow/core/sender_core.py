@@ -317,6 +317,12 @@ class SenderCore(Endpoint):
         return self.wait_error(now, timed_out=True) or TimeoutError(
             f"{ready} of {n} receivers answered in {timeout_s:g} s{where}")
 
+    def send_timed_out(self, now: float, timeout_s: float) -> TimeoutError:
+        """What a driver raises when a send waited ``timeout_s`` for admission in vain
+        (the wait is over: ``wait_over``)."""
+        self.wait_over(now)
+        return TimeoutError(f"no permission to send within {timeout_s} s ({self.mode})")
+
     def wait_over(self, now: float) -> None:
         """The driver stopped waiting for admission (gave up): count the time waited."""
         self.admission.unblock(now)

@@ -220,5 +220,5 @@ class AsyncSender:
             now = time.monotonic()
             wait = retry(now)
             if wait and now >= give_up:
-                self.core.wait_over(now)
-                raise TimeoutError(f"no permission to send within {timeout} s ({self.mode})")
+                assert timeout is not None  # a give-up time came from it
+                raise self.core.send_timed_out(now, timeout)
