@@ -5,6 +5,7 @@ and timeouts that end every wait, and output that stays parseable."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -114,6 +115,21 @@ def test_verdicts_and_exit_status_of_a_clean_run() -> None:
     assert "nakflow receive: delivered 5,000 of 5,000 from 1 sender, 0 missing" in err
     report = json.loads(out)
     assert report["summary"].startswith("delivered 5,000 of 5,000") and report["problems"] == []
+
+
+def test_the_senders_listing_gives_its_rate_limit_to_a_tenth() -> None:
+    """A slow receiver (5,000 msgs/s, a queue of 500) ends the start, and the limit then
+    paces the sender: the listing shows it as a rate, to a tenth (it printed
+    ``rate_limit: 2082.2206715919797``), as it shows ``rate_msgs``."""
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--senders", "1", "--consume-rate", "5000", "--capacity", "500")
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "5000")
+    assert tx.returncode == 0, tx.stderr
+    rx.communicate(timeout=60)
+    for rate in ("rate_msgs", "rate_limit"):
+        shown = re.search(rf"^ +{rate}: (\S+)$", tx.stdout, re.M)
+        assert shown is not None and shown[1] != "None", tx.stdout
+        assert len(shown[1].partition(".")[2]) <= 1, tx.stdout
 
 
 #: Runs the CLI with a stderr that shows each write call as one JSON string a line.

@@ -519,6 +519,12 @@ class BatchOffer:
         return wait if not n else 0.0
 
 
+def _tenth(rate: float | None) -> float | None:
+    """A rate for a report, msgs/s, to a tenth (the limit's own figure, 2082.2206715919797,
+    was printed whole by ``nakflow send``)."""
+    return None if rate is None else round(rate, 1)
+
+
 def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
     flow = core.policy.snapshot()
     elapsed = now - core._t0
@@ -531,8 +537,9 @@ def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
         "first_data_s": (None if core.first_data_t is None
                          else round(core.first_data_t - core._t0, 6)),
         "blocked_s": round(adm.blocked_s, 6), "credit_stalled_s": round(adm.credit_stalled_s, 6),
-        "try_refused": adm.refused, "start_rate_msgs": core.start_rate_msgs,
-        "rate_limit": flow.get("rate_limit"), "naks_received": flow.get("naks_received", {}),
+        "try_refused": adm.refused, "start_rate_msgs": _tenth(core.start_rate_msgs),
+        "rate_limit": _tenth(flow.get("rate_limit")),
+        "naks_received": flow.get("naks_received", {}),
         "cuts": flow.get("cuts", 0), "cuts_by_signal": flow.get("cuts_by_signal", {}),
         "holds_by_signal": flow.get("holds_by_signal", {}), "limiting": flow.get("limiting"),
         "receivers": flow.get("receivers") if core.mode == "ack" else len(core.roster.present),
