@@ -19,10 +19,8 @@ log = logging.getLogger("nakflow.spark")
 REQUIRE_COMPLETE = ("live", "all", "none")
 
 
-def default_wait_receivers(data: Sequence[str]) -> int:
-    """One receiver per data endpoint; a multicast group: at least one (as ``nakflow
-    send``: ``transports.receivers_expected``)."""
-    return receivers_expected(data)
+#: One receiver per data endpoint; a multicast group: at least one (as ``nakflow send``).
+default_wait_receivers = receivers_expected
 
 
 @dataclass(frozen=True)

@@ -317,9 +317,9 @@ class SenderCore(Endpoint):
         return self.wait_error(now, timed_out=True) or TimeoutError(
             f"{ready} of {n} receivers answered in {timeout_s:g} s{where}")
 
-    def send_timed_out(self, now: float, timeout_s: float) -> TimeoutError:
-        """What a driver raises when a send waited ``timeout_s`` for admission in vain
-        (the wait is over: ``wait_over``)."""
+    def send_timed_out(self, now: float, timeout_s: float | None) -> TimeoutError:
+        """What a driver raises when a send waited ``timeout_s`` (a send without one never
+        gives up) for admission in vain (the wait is over: ``wait_over``)."""
         self.wait_over(now)
         return TimeoutError(f"no permission to send within {timeout_s} s ({self.mode})")
 

@@ -100,8 +100,7 @@ class AsyncSender:
         by default every receiver the data endpoints lead to (``Sender``'s). Raises
         TimeoutError, or PeerMismatch as soon as a receiver that answered runs another
         mode or holds another shared key."""
-        if n is None:
-            n = receivers_expected(self.core.path)
+        n = receivers_expected(self.core.path) if n is None else n
         core, now = self.core, time.monotonic()
         end = now + timeout
         core.want_receivers(n, now)
@@ -220,5 +219,4 @@ class AsyncSender:
             now = time.monotonic()
             wait = retry(now)
             if wait and now >= give_up:
-                assert timeout is not None  # a give-up time came from it
                 raise self.core.send_timed_out(now, timeout)

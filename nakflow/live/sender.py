@@ -178,15 +178,11 @@ class Sender:
                     return
 
     def wait_for_receivers(self, n: int | None = None, timeout: float = 10.0) -> int:
-        """Block until ``n`` receivers answered this sender's HELLO on the data channel
-        (which proves the path up, against ZeroMQ's slow-joiner loss); in ``ack`` each
-        must also have granted. ``n`` by default: every receiver the data endpoints
-        lead to (one per endpoint, 1 for a multicast group, ``receivers_expected``), as
-        ``nakflow send`` and the Spark writer wait. Raises TimeoutError, or PeerMismatch
-        as soon as a receiver that answered runs another mode or holds another shared
-        key."""
-        if n is None:
-            n = receivers_expected(self.core.path)
+        """Block until ``n`` receivers (default ``receivers_expected``: one per data
+        endpoint) answered HELLO, proving the path up against ZeroMQ's slow-joiner loss;
+        in ``ack`` each must also have granted. Raises TimeoutError, or PeerMismatch as
+        soon as a receiver that answered runs another mode or holds another shared key."""
+        n = receivers_expected(self.core.path) if n is None else n
         with self._lock:
             core, now = self.core, time.monotonic()
             end = now + timeout
@@ -248,7 +244,6 @@ class Sender:
             now = time.monotonic()
             wait = retry(now)
             if wait and now >= give_up:
-                assert timeout is not None  # a give-up time came from it
                 raise self.core.send_timed_out(now, timeout)
 
     def _timer_main(self) -> None:
