@@ -224,6 +224,31 @@ def test_a_sender_whose_only_ack_receiver_dies_gives_up_and_reports() -> None:
     assert time.monotonic() - t0 < 30
 
 
+def test_an_ack_sender_that_gives_up_names_the_receiver_whose_credit_held_it() -> None:
+    """Of two ACK receivers one stops consuming (alive, its queue full): the send times
+    out after --send-timeout, and the problem names that receiver and what its credit
+    allows, not the one that kept up. It used to say only "(ack)"."""
+    (d1, f1), (d2, f2) = endpoints(), endpoints()
+    fine = receiver(d1, f1, "--mode", "ack", "--id", "fine", "--duration", "60")
+    stalled = receiver(d2, f2, "--mode", "ack", "--id", "stalled", "--stall-at", "0",
+                       "--stall-for", "60", "--capacity", "1000", "--duration", "60")
+    try:
+        tx = nakflow("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}", "--mode",
+                     "ack", "--count", "100000", "--send-timeout", "1", "--json")
+        assert tx.returncode == 1, tx.stderr
+        gave_up = [p for p in json.loads(tx.stdout)["problems"] if "gave up" in p]
+        assert len(gave_up) == 1, tx.stdout
+        assert re.search(r"no permission to send within 1\.0 s \(ack: waiting for credit "
+                         r"from stalled, which allows messages below [\d,]+, its last credit "
+                         r"[\d.]+ s ago; a receiver is dropped after 5 s without credit\)",
+                         gave_up[0]), gave_up[0]
+        assert "fine" not in gave_up[0]
+    finally:
+        for rx in (fine, stalled):
+            rx.kill()
+            rx.communicate()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_blocked_sender_stops_on_a_signal_with_its_report(signum: int) -> None:
     """A sender blocked in ack (its receiver stopped consuming, never granting more)

@@ -1,5 +1,6 @@
 """CreditLedger and CreditGranter: exact behaviour and the credit invariant."""
 
+import math
 import random
 
 import pytest
@@ -44,6 +45,43 @@ def test_dead_receiver_stalls_until_evicted_after_timeout():
     assert led.expire(now=5.0) == [("dead", "evicted")]
     assert led.sendable(now=5.0) == 500 - 10  # dead evicted: the live one alone governs
     assert led.evicted == 1 and led.receivers == ["live"]
+
+
+def test_a_sender_held_by_credit_says_whose():
+    """``AckFlow.why_held``, for a send that timed out: the receivers whose credit ends
+    where the sender stands, longest silent first, or none left, or too few joined."""
+    from nakflow.policy.sender_flows import AckFlow
+
+    flow = AckFlow("s", "tx", 1, AckConfig(receiver_timeout_s=5.0))
+    assert flow.why_held(now=0.0) == "no receiver is left to grant credit"
+    flow.ledger.on_credit("dead", 10, now=0.0)
+    flow.ledger.on_credit("live", 10, now=0.0)
+    assert flow.ledger.holders(now=0.5) == []  # credit is left
+    assert flow.admit(10, now=1.0) == (10, 0.0)
+    flow.ledger.on_presence("new", now=1.5)  # joins with nothing granted
+    assert flow.admit(1, now=2.0) == (0, math.inf)
+    assert flow.ledger.holders(now=2.0) == [("dead", 10, 2.0), ("live", 10, 2.0),
+                                            ("new", 10, 0.5)]
+    assert flow.why_held(now=2.0) == (
+        "waiting for credit from dead and 2 more, which allows messages below 10, its last "
+        "credit 2.0 s ago; a receiver is dropped after 5 s without credit")
+    flow.ledger.on_credit("live", 500, now=2.5)
+    flow.ledger.on_credit("new", 500, now=2.5)
+    assert flow.why_held(now=3.5) == (
+        "waiting for credit from dead, which allows messages below 10, its last credit "
+        "3.5 s ago; a receiver is dropped after 5 s without credit")
+    flow.ledger.on_presence("newer", now=4.0)
+    flow.ledger.on_credit("dead", 500, now=4.0)
+    assert flow.why_held(now=4.5) == (
+        "waiting for credit from newer, which has granted nothing yet; a receiver is "
+        "dropped after 5 s without credit")
+    two = AckFlow("s", "tx", 1, AckConfig(min_receivers=2))
+    two.ledger.on_credit("a", 10, now=0.0)
+    assert two.why_held(now=0.0) == "1 of the 2 receivers min_receivers asks for have joined"
+    two.ledger.on_presence("b", now=0.0)
+    assert two.why_held(now=0.0) == (
+        "waiting for credit from b, which has granted nothing yet; a receiver is dropped "
+        "after 5 s without credit")
 
 
 def test_bye_leaves_and_min_receivers_gates():

@@ -321,7 +321,9 @@ class SenderCore(Endpoint):
         """What a driver raises when a send waited ``timeout_s`` (a send without one never
         gives up) for admission in vain (the wait is over: ``wait_over``)."""
         self.wait_over(now)
-        return TimeoutError(f"no permission to send within {timeout_s} s ({self.mode})")
+        why = self.policy.why_held(now=now)
+        return TimeoutError(f"no permission to send within {timeout_s} s "
+                            f"({self.mode}{': ' if why else ''}{why})")
 
     def wait_over(self, now: float) -> None:
         """The driver stopped waiting for admission (gave up): count the time waited."""

@@ -182,6 +182,18 @@ class CreditLedger:
             low = self._min_limit = min(self._limits.values())
         return max(0, low - self.next_seq)
 
+    def holders(self, *, now: float) -> list[tuple[str, int, float]]:
+        """The receivers whose credit holds the sender at ``now`` (none left to send):
+        (id, the seq their credit ends at, seconds since it came), the longest silent
+        first; [] while credit is left."""
+        if not self._limits:
+            return []
+        low = min(self._limits.values())
+        if low > self.next_seq:
+            return []
+        held = [(r, lim, now - self._seen[r]) for r, lim in self._limits.items() if lim == low]
+        return sorted(held, key=lambda h: -h[2])
+
     def on_sent(self, n: int, *, now: float) -> None:
         """Record ``n`` messages sent. Raises CreditViolation if not granted."""
         if n > self.sendable(now=now):

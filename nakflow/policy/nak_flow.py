@@ -299,6 +299,13 @@ class NakFlow(SenderFlow):
             return None, max(0, int(st.acked + st.cwnd) - st.sent)
         return self.controller.rate(now=now), None
 
+    def why_held(self, *, now: float) -> str:
+        st = self.start
+        if st is not None:
+            return (f"the start's window of {int(st.cwnd):,} messages is in flight until the "
+                    "receivers report their progress")
+        return f"rate limit {self.controller.rate(now=now):,.1f} msgs/s"
+
     def snapshot(self) -> dict[str, Any]:
         """The controller's and the attribution's figures, and the start's report. While a
         start runs (``starting``; or a start again, after another sender ended), its window

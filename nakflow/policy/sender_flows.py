@@ -57,6 +57,11 @@ class SenderFlow(ABC):
         """(rate limit msgs/s, credit left msgs) at ``now``; None where not applicable."""
         return None, None
 
+    def why_held(self, *, now: float) -> str:
+        """What keeps the next message from going at ``now``, in a few words for an error
+        (a send that timed out): "" where nothing is known to."""
+        return ""
+
     def set_rtt(self, rtt_s: float) -> None:  # noqa: B027 (optional hook)
         """The group's round-trip time, measured from receivers' HELLO answers, s."""
 
@@ -143,6 +148,9 @@ class NoFlow(SenderFlow):
     def limits(self, *, now: float) -> tuple[float | None, int | None]:
         return (None if self.bucket is None else self.bucket.rate), None
 
+    def why_held(self, *, now: float) -> str:
+        return "" if self.bucket is None else f"max rate {self.bucket.rate:g} msgs/s"
+
     def snapshot(self) -> dict[str, Any]:
         return {"mode": self.mode, "rate_limit": None if self.bucket is None else self.bucket.rate}
 
@@ -219,6 +227,24 @@ class AckFlow(SenderFlow):
 
     def limits(self, *, now: float) -> tuple[float | None, int | None]:
         return self.cap.limits(now=now)[0], self.ledger.sendable(now=now)
+
+    def why_held(self, *, now: float) -> str:
+        """Which receivers' credit holds the sender, or that none is left to grant it."""
+        ledger = self.ledger
+        joined, least = len(ledger.receivers), ledger.config.min_receivers
+        if not joined:
+            return "no receiver is left to grant credit"
+        if joined < least:
+            return f"{joined} of the {least} receivers min_receivers asks for have joined"
+        held = ledger.holders(now=now)
+        if not held:
+            return self.cap.why_held(now=now)
+        receiver, limit, quiet_s = held[0]
+        who = receiver if len(held) == 1 else f"{receiver} and {len(held) - 1} more"
+        granted = (f"allows messages below {limit:,}, its last credit {quiet_s:.1f} s ago"
+                   if ledger.has_granted(receiver) else "has granted nothing yet")
+        return (f"waiting for credit from {who}, which {granted}; a receiver is dropped "
+                f"after {ledger.config.receiver_timeout_s:g} s without credit")
 
     def snapshot(self) -> dict[str, Any]:
         return {"mode": self.mode, "credit_stalls": self.stalls, **self.ledger.snapshot()}
