@@ -175,11 +175,9 @@ class SimPair(ThreadedPair):
         raise TimeoutError("not admitted")
 
     async def send_batch(self, payloads: list[bytes]) -> None:
-        done = 0
-        while done < len(payloads):
-            n, _ = self.txc.offer_batch(payloads, done, self.link.now)
-            done += n
-            if not n:
+        offer = self.txc.batch_offer(payloads)
+        while not offer.done:
+            if offer(self.link.now):
                 self._steps(0.001)
 
     def try_send(self, payload: bytes) -> bool:

@@ -103,6 +103,32 @@ def test_data_after_end_is_refused_by_the_lifecycle(driver: str) -> None:
     run(driver, scenario)
 
 
+def test_bad_payloads_and_anything_after_close_are_refused_and_lose_nothing(driver: str) -> None:
+    """A str payload is a TypeError (msgpack would have sent it, and every receiver
+    dropped its frame as malformed); after close, data and a wait for receivers are the
+    lifecycle's LocalProtocolError (the threaded sender's next look at feedback raised
+    ZeroMQ's "Socket operation on non-socket", and a wait said its receiver was ready)."""
+    async def scenario(pair: Any) -> None:
+        with pytest.raises(TypeError, match="not str"):
+            await pair.send("text")
+        with pytest.raises(TypeError, match="not int"):
+            await pair.send_batch([b"fine", 7])
+        await pair.send(b"one")
+        await pair.close()
+        await pair.idle(0.01)  # past the threaded driver's next look at feedback
+        with pytest.raises(LocalProtocolError, match="data after close"):
+            await pair.send(b"two")
+        with pytest.raises(LocalProtocolError, match="data after close"):
+            await pair.send_batch([b"three"])
+        with pytest.raises(LocalProtocolError, match="data after close"):
+            pair.try_send(b"four")
+        with pytest.raises(LocalProtocolError, match="wait_for_receivers after close"):
+            await pair.ready()
+        assert [m.payload for m in await pair.collect()] == [b"one"]
+
+    run(driver, scenario)
+
+
 def test_repair_makes_a_lossy_stream_whole(driver: str) -> None:
     async def scenario(pair: Any) -> None:
         for i in range(3_000):

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import SenderConfig
-from ..errors import ConfigError, PeerMismatch
+from ..errors import ConfigError, LocalProtocolError, PeerMismatch
 from ..events import BeyondHistory, Closed, Confirmed, ReceiverJoined, ReceiverLeft
 from ..policy.bucket import TokenBucket
 from ..policy.rate_memory import PathRate, RateMemory, starting_at
@@ -216,7 +216,12 @@ class SenderCore(Endpoint):
         return granted, 0.0
 
     def batch_offer(self, payloads: Sequence[bytes]) -> BatchOffer:
-        """``payloads`` to offer as a batch (``offer_batch``), a part at a time."""
+        """``payloads`` to offer as a batch (``offer_batch``), a part at a time. Raises
+        TypeError or ValueError for any payload ``offer`` would refuse, before any of them
+        is sent (a bad one half way through used to leave the first part sent)."""
+        check = self.batch.check
+        for payload in payloads:
+            check(payload)
         return BatchOffer(self, payloads)
 
     def _size_hint(self, payload: bytes) -> None:
@@ -292,8 +297,18 @@ class SenderCore(Endpoint):
         over tcp and ipc, where a closed connection is seen (the close uses it)."""
         return not self.multicast
 
+    def usable(self, what: str) -> None:
+        """Raises LocalProtocolError once the sender is closed: ``what`` (a poll, a wait
+        for receivers) needs the sockets the close let go (a poll after close raised
+        ZeroMQ's "Socket operation on non-socket", a wait said its receivers were ready)."""
+        if self.life.state == CLOSED:
+            raise LocalProtocolError(f"{what} after close")
+
     def want_receivers(self, n: int, now: float) -> None:
-        """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done)."""
+        """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done).
+        Raises LocalProtocolError after close."""
+        if n:
+            self.usable("wait_for_receivers")
         if self.receiver_wait.want(n, now):
             self.timer_changed = True
 

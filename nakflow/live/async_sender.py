@@ -65,7 +65,8 @@ class AsyncSender:
     sent = seq = property(lambda self: self.core.sent)
 
     async def send(self, payload: bytes, timeout: float | None = None) -> None:
-        """Send one message, waiting (without blocking the loop) as the policy says."""
+        """Send one message, waiting (without blocking the loop) as the policy says; raises
+        as ``Sender.send`` does."""
         core, now = self.core, time.monotonic()
         wait = core.offer(payload, now)
         if wait:

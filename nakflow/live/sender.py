@@ -114,8 +114,9 @@ class Sender:
     # -- sending ------------------------------------------------------------------------
     def send(self, payload: bytes, timeout: float | None = None) -> None:
         """Send one message, waiting while the rate limit or credit says so. Raises
-        TimeoutError after ``timeout`` s without permission, ValueError for a payload larger
-        than a frame may be, LocalProtocolError after END."""
+        TimeoutError after ``timeout`` s without permission, TypeError for a payload not
+        bytes-like, ValueError for one larger than a frame may be, LocalProtocolError after
+        END."""
         with self._lock:
             core, now = self.core, time.monotonic()
             if now >= self._next_fb_check:
@@ -168,6 +169,7 @@ class Sender:
         """Handle feedback and serve repairs for up to ``timeout_s`` (the frame being
         built leaves first)."""
         with self._lock:
+            self.core.usable("poll")
             now = time.monotonic()
             self.core.flush(now)
             end = now + timeout_s
@@ -298,7 +300,8 @@ class Sender:
                     self._transmit()  # was still waited for, and BYE goes out
                     raise
             finally:
-                if self._watch is not None:
+                self._next_fb_check = math.inf  # a send after close reaches the core, which
+                if self._watch is not None:  # refuses it, not the closed sockets
                     self._watch.close()
                 self._pub.close(None if linger_s is None else int(linger_s * 1000))
                 self._sub.close(0)
