@@ -52,7 +52,8 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
                      service: bool = False) -> Verdict:
     """``delivered X of Y from N senders, Z missing (reasons)``, and the problems: messages
     missing, senders that sent no END (or fewer than ``expect_senders`` did), nobody
-    heard, peers in another mode or with another key. A ``service`` (one that runs until
+    heard, the receiver, its handler or its sink failing, peers in another mode or with
+    another key. A ``service`` (one that runs until
     it is stopped) is judged on what it did get: streams still going when it stopped,
     and hearing nobody, are no problem there."""
     streams = snap.get("senders") or []
@@ -74,7 +75,7 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     reasons = ", ".join(f"{r} {_n(v)}" for r, v in by_reason.items() if v)
     if reasons:
         line += f" ({reasons})"
-    problems = []
+    problems = _failures(snap)  # first: a failure is what the rest follows from
     if missing:
         problems.append(f"{_n(missing)} messages missing ({reasons})")
     if queued:
@@ -92,6 +93,22 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
                         "connect to these endpoints)")
     mismatches = _mismatches(snap)
     return Verdict(line, problems + mismatches, mismatches)
+
+
+def _failures(snap: dict[str, Any]) -> list[str]:
+    """What failed beside the streams: the receiver itself (``error``), the messages a
+    ``handler=`` raised on, the CLI's sink (its ``sink`` row). The delivered line counts
+    what reached the application; a sink that died took less, which only its row said."""
+    out = []
+    if snap.get("error"):
+        out.append(f"the receiver failed: {snap['error']}")
+    if snap.get("handler_errors"):
+        out.append(f"the handler raised on {_n(snap['handler_errors'])} messages (logged)")
+    sink = snap.get("sink")
+    if sink and sink.get("error"):
+        out.append(f"the sink took {_n(sink['written'])} messages, not the other "
+                   f"{_n(sink['not_written'])}: {sink['error']}")
+    return out
 
 
 #: Receivers named one a line in a verdict, at most; the rest are counted in one line.

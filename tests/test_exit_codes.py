@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -167,6 +168,37 @@ def test_a_sink_that_dies_mid_stream_stops_the_service_with_1_and_says_what_it_w
     assert sink["written"] >= 100 and sink["not_written"] > 0 and sink["error"]
     assert sink["written"] + sink["not_written"] == json.loads(out)["delivered"]
     assert len((tmp_path / "got").read_text().splitlines()) == 100
+    # the last lines say so too (they said "delivered N of N, 0 missing" and no more)
+    assert (f"nakflow receive: problem: the sink took {sink['written']:,} messages, not the "
+            f"other {sink['not_written']:,}: sink cmd:head -n 100") in err
+
+
+def test_a_handler_that_raises_is_a_problem_in_the_receivers_verdict():
+    """``Receiver(handler=f)``: the messages ``f`` raised on are counted and logged, and
+    the verdict (``receiver_verdict``, the CLI's last lines) says so, where it said
+    "0 missing" and nothing more."""
+    from nakflow import Receiver
+    from nakflow.report import receiver_verdict
+
+    last = threading.Event()
+
+    def picky(msg) -> None:
+        if msg.seq == 99:
+            last.set()
+        if msg.seq % 10 == 0:
+            raise ValueError("not this one")
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", handler=picky) as rx:
+        with Sender(rx.data_endpoints, rx.feedback_endpoints) as tx:
+            tx.wait_for_receivers(timeout=10)
+            tx.send_batch([b"%d" % i for i in range(100)])
+        assert last.wait(20)
+        deadline = time.monotonic() + 20  # the END, read by the receiver's I/O thread
+        while not rx.done(1) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        verdict = receiver_verdict(rx.snapshot(), expect_senders=1)
+    assert verdict.line == "delivered 100 of 100 from 1 sender, 0 missing"
+    assert verdict.problems == ["the handler raised on 10 messages (logged)"]
 
 
 # -- 2 -----------------------------------------------------------------------------------
