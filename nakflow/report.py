@@ -53,9 +53,9 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     """``delivered X of Y from N senders, Z missing (reasons)``, and the problems: messages
     missing, senders that sent no END (or fewer than ``expect_senders`` did), nobody
     heard, the receiver, its handler or its sink failing, peers in another mode or with
-    another key. A ``service`` (one that runs until
-    it is stopped) is judged on what it did get: streams still going when it stopped,
-    and hearing nobody, are no problem there."""
+    another key. A ``service`` (one that runs until it is stopped) is judged on what it
+    did get: streams still going when it stopped, and hearing nobody, are no problem
+    there."""
     streams = snap.get("senders") or []
     total = sum(s["final_seq"] if s["final_seq"] is not None else s["next_seq"]
                 for s in streams)
