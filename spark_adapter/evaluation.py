@@ -78,11 +78,25 @@ class EvalConfig:
             raise ConfigError("slow_rate must be > 0, stall times >= 0")
         if self.input_format is not None and self.input_format not in INPUT_FORMATS:
             raise ConfigError(f"input_format must be one of {', '.join(INPUT_FORMATS)}")
+        if self.input_path is not None:  # before Spark starts (it took 6 s to say so)
+            if not os.path.exists(self.input_path):
+                raise ConfigError(f"input path not found: {self.input_path}")
+            if self.read_format is None:
+                raise ConfigError(f"cannot tell the format of {self.input_path}; give --format")
         if self.writer not in WRITERS:
             raise ConfigError(f"writer must be one of {', '.join(WRITERS)}")
         if self.receivers and len(self.modes) != 1:
             raise ConfigError("external receivers run one mode each: give --modes with one mode "
                               "(the one they were started with)")
+
+    @property
+    def read_format(self) -> str | None:
+        """``input_format``, or the one its file name says (a directory: parquet)."""
+        if self.input_format is not None or self.input_path is None:
+            return self.input_format
+        ext = os.path.splitext(self.input_path.rstrip("/"))[1].lstrip(".").lower()
+        return {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json",
+                "": "parquet"}.get(ext)
 
     @property
     def rows_per_message(self) -> int:
@@ -114,15 +128,7 @@ def load_input(spark: Any, cfg: EvalConfig) -> Any:
         return spark.range(cfg.rows, numPartitions=parts).selectExpr(
             "id", "concat('row-', id) AS name", "id % 97 AS bucket",
             "cast(id AS double) / 7 AS value", f"repeat('x', {cfg.row_bytes}) AS filler")
-    if not os.path.exists(cfg.input_path):
-        raise ConfigError(f"input path not found: {cfg.input_path}")
-    fmt = cfg.input_format
-    if fmt is None:
-        ext = os.path.splitext(cfg.input_path.rstrip("/"))[1].lstrip(".").lower()
-        fmt = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json",
-               "": "parquet"}.get(ext)
-        if fmt is None:
-            raise ConfigError(f"cannot tell the format of {cfg.input_path}; give --format")
+    fmt = cfg.read_format  # the path and its format were checked with the config
     reader = spark.read.format(fmt)
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")

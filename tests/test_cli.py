@@ -87,6 +87,18 @@ def test_a_bad_argument_is_one_line_and_exit_2(args: tuple[str, ...], message: s
     assert message in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("name,message", [("no-such.parquet", "input path not found:"),
+                                          ("rows.txt", "cannot tell the format of")])
+def test_eval_refuses_an_input_it_cannot_read_before_it_starts_spark(tmp_path, name,
+                                                                     message) -> None:
+    """It started Spark and warmed up first (6 s) to say the same."""
+    (tmp_path / "rows.txt").write_text("1\n")
+    out = nakflow("eval", "--input", str(tmp_path / name))
+    assert out.returncode == 2, out.stderr
+    assert errors_of(out) == [f"nakflow eval: error: {message} {tmp_path / name}"
+                              + ("; give --format" if name == "rows.txt" else "")]
+
+
 def test_a_port_in_use_and_a_missing_authorized_dir_say_so(tmp_path) -> None:
     data, fb = endpoints()
     rx = receiver(data, fb, "--duration", "20")

@@ -33,7 +33,7 @@ from spark_adapter import (
     send_partition,
     send_with_metrics,
 )
-from spark_adapter.evaluation import EvalConfig, run_eval
+from spark_adapter.evaluation import EvalConfig, load_input, run_eval
 from transports import Curve, SocketOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -179,6 +179,21 @@ def test_a_failed_task_is_retried_and_its_rows_delivered_once(spark):
     by_part = {m["partition"]: m for m in metrics}
     assert by_part[1]["attempt"] == 1 and by_part[1]["epoch"] == 1
     assert by_part[0]["attempt"] == 0
+
+
+@on_local
+def test_eval_reads_its_rows_from_a_csv_or_parquet_file(spark, tmp_path):
+    """``nakflow eval --input``: the format told by the name (the config checked the path
+    and the format before Spark started), a csv's header and types read."""
+    (tmp_path / "rows.csv").write_text("id,name\n" + "".join(f"{i},r{i}\n" for i in range(2_000)))
+    cfg = EvalConfig(input_path=str(tmp_path / "rows.csv"))
+    assert cfg.read_format == "csv"
+    df = load_input(spark, cfg)
+    assert dict(df.dtypes) == {"id": "int", "name": "string"}
+    df.write.parquet(str(tmp_path / "rows"))
+    again = EvalConfig(input_path=str(tmp_path / "rows"))  # a directory: parquet
+    assert again.read_format == "parquet"
+    assert sorted(r.id for r in load_input(spark, again).collect()) == list(range(2_000))
 
 
 @on_local
