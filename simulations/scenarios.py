@@ -37,6 +37,8 @@ class Scenario:
             if self.sweep_param is None:
                 raise ValueError(f"scenario {self.name!r} is not a sweep")
             values = [_parse(self.sweep_param, v) for v in sweep.split(",") if v.strip()]
+            if not values:  # it ran no point and printed "(no rows)", exit 0
+                raise ValueError(f"sweep= names no value of {self.sweep_param}")
         base = SimParams(**{**self.base, **{k: _parse(k, v) for k, v in overrides.items()}})
         if self.sweep_param is None:
             return [("-", base)]

@@ -189,6 +189,14 @@ def test_simulate_cli_table_json_out_and_errors(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_a_sweep_of_no_value_is_an_error():
+    """``--param sweep=`` ran no point: a table of "(no rows)" and exit 0."""
+    with pytest.raises(ValueError, match="sweep= names no value of rtt_s"):
+        SCENARIOS["latency-sweep"].points({"sweep": " , "})
+    assert [label for label, _ in SCENARIOS["latency-sweep"].points({"sweep": "0.05,"})] == [
+        "rtt_s=0.05"]
+
+
 def test_the_plots_say_which_engine_ran_and_whether_it_repairs():
     """A sweep run on the real cores (repair on) was captioned "this model has no
     repair", the vectorised model's caveat."""
