@@ -159,6 +159,27 @@ def test_keygen_shared_writes_a_private_key_once(tmp_path):
         load_shared_key(str(tmp_path / "missing"))
 
 
+def test_keygen_writes_a_curve_pair_once_and_only_inside_its_directory(tmp_path):
+    """A second ``nakflow keygen DIR NAME`` overwrote the pair (every peer holding the old
+    public key was locked out); a name with a directory in it wrote outside DIR."""
+    def keygen(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "nakflow", "keygen", *args],
+                              capture_output=True, text=True, timeout=30)
+
+    assert keygen(str(tmp_path), "rx").returncode == 0
+    public, secret = tmp_path / "rx.key", tmp_path / "rx.key_secret"
+    assert secret.stat().st_mode & 0o077 == 0 and public.stat().st_mode & 0o044 == 0o044
+    pair = public.read_text(), secret.read_text()
+    again = keygen(str(tmp_path), "rx")
+    assert again.returncode == 2 and "rx.key and rx.key_secret exist" in again.stderr
+    assert (public.read_text(), secret.read_text()) == pair
+    for name in ("../out", "a/b", ".."):
+        for shared in ((), ("--shared",)):
+            bad = keygen(*shared, str(tmp_path / "d"), name)
+            assert bad.returncode == 2 and "must be a plain file name" in bad.stderr, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rx.key", "rx.key_secret"]
+
+
 @budget(100)
 @given(st.binary(min_size=16, max_size=100), st.binary(max_size=300))
 def test_the_tag_is_hmac_sha256(key, frame):

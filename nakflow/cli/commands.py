@@ -216,12 +216,9 @@ def serve_metrics(args: argparse.Namespace, source: Any) -> Any:
 
 # -- keygen ------------------------------------------------------------------------
 def cmd_keygen(args: argparse.Namespace) -> int:
-    import zmq.auth
+    from ..keyfile import write_curve_pair, write_shared_key
 
-    os.makedirs(args.dir, exist_ok=True)
     if args.shared:
-        from ..keyfile import write_shared_key
-
         try:
             path = write_shared_key(args.dir, args.name)
         except FileExistsError:
@@ -230,8 +227,11 @@ def cmd_keygen(args: argparse.Namespace) -> int:
         print(f"shared key: {path} (give it to every sender and receiver of the stream; "
               "keep it private)")
         return 0
-    public, secret = zmq.auth.create_certificates(args.dir, args.name)
-    os.chmod(secret, 0o600)
+    try:
+        public, secret = write_curve_pair(args.dir, args.name)
+    except FileExistsError as exc:
+        raise ValueError(f"{exc}; not overwriting them (every peer holding the old pair "
+                         "would be locked out): remove them first or pick another name") from None
     print(f"public key: {public}\nsecret key: {secret} (keep it private)")
     return 0
 
