@@ -116,6 +116,11 @@ class AsyncReceiver:
         if len(self._queue) or self._queue.finished():
             self._arrived.set()
 
+    async def get(self, timeout: float | None = None) -> Message | None:
+        """Next message; None on timeout, or once closed and drained (``Receiver.get``)."""
+        out = await self.get_many(1, timeout)
+        return out[0] if out else None
+
     async def get_many(self, max_n: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_n`` messages; waits up to ``timeout`` for the first; [] on timeout
         or once closed and drained."""
