@@ -89,8 +89,12 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     if expect_senders is not None and ended < expect_senders:
         problems.append(f"END from {ended} of the {expect_senders} senders expected")
     if not streams and not service:
-        problems.append("no sender was heard (check --data/--feedback and that senders "
-                        "connect to these endpoints)")
+        other = snap.get("foreign_stream")
+        problems.append(
+            "no sender was heard (check --data/--feedback and that senders connect to these "
+            "endpoints)" if other is None else
+            f"no sender of stream {snap.get('stream')!r} was heard, but frames of stream "
+            f"{other!r} were: the senders' --stream differs from this receiver's")
     mismatches = _mismatches(snap)
     return Verdict(line, problems + mismatches, mismatches)
 

@@ -353,6 +353,23 @@ def test_a_sender_waits_for_every_receiver_its_data_list_names() -> None:
         up.communicate()
 
 
+def test_a_stream_name_that_differs_is_named_by_the_receiver() -> None:
+    """A sender of stream 'beta' and a receiver of 'alpha' on the same endpoints: the
+    receiver does not answer it (streams may share a multicast group), so the sender
+    times out, its hint naming --stream; the receiver, which heard its HELLOs, says whose
+    stream it heard. It said only "no sender was heard"."""
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--stream", "alpha", "--duration", "5")
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--stream", "beta", "--count", "10",
+                 "--wait-timeout", "2")
+    assert tx.returncode == 2 and "run the same --stream" in tx.stderr, tx.stderr
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 1, err
+    assert json.loads(out)["problems"] == [
+        "no sender of stream 'alpha' was heard, but frames of stream 'beta' were: the "
+        "senders' --stream differs from this receiver's"]
+
+
 def test_a_late_receiver_gets_what_the_history_still_holds() -> None:
     """A receiver started after the sender began is offered the stream's start from the
     sender's history (late join): it ends with everything. The sending lasts 4 s at its

@@ -522,8 +522,9 @@ def _wait_for_receivers(tx: Any, args: argparse.Namespace) -> None:
     except TimeoutError as exc:
         raise NoReceivers(
             f"{exc}; start the receivers first ('nakflow receive'), check that --data and "
-            "--feedback are their data and feedback endpoints, in that order, or pass "
-            "--wait-receivers 0 to send to whoever listens") from None
+            "--feedback are their data and feedback endpoints, in that order, and that they "
+            "run the same --stream (a receiver does not answer another stream's sender), or "
+            "pass --wait-receivers 0 to send to whoever listens") from None
 
 
 def _send_all(tx: Any, args: argparse.Namespace, payload: bytes, count: int | None) -> None:

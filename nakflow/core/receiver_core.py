@@ -537,6 +537,7 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "dropped_unrepaired": totals["dropped"], "repair_redundant": totals["redundant"],
         "streams_evicted": core.tracker.evicted,
         "malformed": core.malformed, "foreign": core.foreign,
+        "foreign_stream": core.foreign_stream,
         "mode_mismatch": core.mode_mismatch, "key_mismatch": core.key_mismatch,
         "policy": flow, "naks_sent": flow.get("naks_sent", {}),
         "naks_by_signal": flow.get("naks_by_signal", {}),

@@ -44,6 +44,8 @@ class Endpoint:
         self._events: deque[Event] = deque(maxlen=MAX_EVENTS)
         self.malformed = 0
         self.foreign = 0
+        #: the first other stream a frame was heard of (a peer with another --stream)
+        self.foreign_stream: str | None = None
         #: frames from a peer configured differently: another mode, or another key (or
         #: none where this node has one, or one where it has none)
         self.mode_mismatch = 0
@@ -84,6 +86,8 @@ class Endpoint:
             stream, node = got.stream, None
         if stream != self.stream:
             self.foreign += 1
+            if self.foreign_stream is None:  # a name the codec checked (1..256 chars)
+                self.foreign_stream = stream
             return None
         if auth is not None and not auth.admit(node or origin(got), counter,
                                                now=now + self.wall_offset):
