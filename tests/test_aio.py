@@ -353,3 +353,32 @@ def test_both_senders_wait_by_default_for_every_receiver_their_data_endpoints_na
         first.close()
         if second is not None:
             second.close()
+
+
+@pytest.mark.parametrize("driver", ["threaded", "asyncio"])
+def test_a_with_block_left_by_an_exception_leaves_without_end(driver: str) -> None:
+    """An application that fails inside ``with Sender(...)`` has not finished its stream:
+    the sender leaves without END (``abort``), and the receiver reports the stream
+    incomplete. The block's exit sent END, and the receiver said complete with what it
+    had reached."""
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
+        async def fail_async() -> None:
+            async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints) as tx:
+                await tx.wait_for_receivers()
+                for i in range(100):
+                    await tx.send(b"%d" % i)
+                raise RuntimeError("the application failed")
+
+        with pytest.raises(RuntimeError, match="the application failed"):
+            if driver == "asyncio":
+                asyncio.run(fail_async())
+            else:
+                with Sender(rx.data_endpoints, rx.feedback_endpoints) as tx:
+                    tx.wait_for_receivers()
+                    for i in range(100):
+                        tx.send(b"%d" % i)
+                    raise RuntimeError("the application failed")
+        got = list(rx.messages(senders=1, timeout=20))  # a sender that left is finished
+        (stream,) = rx.snapshot()["senders"]
+    assert len(got) == 100
+    assert (stream["status"], stream["final_seq"], stream["missing"]) == ("incomplete", None, 0)

@@ -158,8 +158,12 @@ class AsyncSender:
         self._transmit()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """As ``Sender.__exit__``: END after the block, none after an exception."""
+        if exc_type is None:
+            await self.close()
+        else:
+            await self.abort()
 
     def snapshot(self) -> dict[str, Any]:
         return self.core.snapshot(time.monotonic())

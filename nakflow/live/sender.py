@@ -312,8 +312,13 @@ class Sender:
     def __enter__(self) -> Sender:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """``close`` (END) after the block; after an exception ``abort`` (no END), so that
+        the receivers report the stream incomplete, not complete at wherever it stopped."""
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
     def snapshot(self) -> dict[str, Any]:
         """Metrics, JSON-ready (``SenderCore.snapshot``). Read without the lock, so that a
