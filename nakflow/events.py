@@ -4,6 +4,7 @@ events: plain frozen objects. Drivers log them and hand them to ``on_event`` if 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 
@@ -83,3 +84,12 @@ class Confirmed(Event):
 class Closed(Event):
     """(sender) the stream is over here: END answered for long enough (or aborted), BYE
     sent. Nothing more will come out of the core."""
+
+
+def log_level(event: Event) -> int:
+    """The level a driver logs ``event`` at: WARNING for a stream that did not end
+    complete at a receiver (``Confirmed`` other than ``complete``: an application that
+    reads no snapshot and handles no event still hears of it), INFO for the rest."""
+    if type(event) is Confirmed and event.status != "complete":
+        return logging.WARNING
+    return logging.INFO

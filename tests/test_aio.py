@@ -382,3 +382,40 @@ def test_a_with_block_left_by_an_exception_leaves_without_end(driver: str) -> No
         (stream,) = rx.snapshot()["senders"]
     assert len(got) == 100
     assert (stream["status"], stream["final_seq"], stream["missing"]) == ("incomplete", None, 0)
+
+
+@pytest.mark.parametrize("driver", ["threaded", "asyncio"])
+def test_a_receiver_that_did_not_end_complete_is_a_warning_at_the_sender(
+        driver: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Of two receivers one leaves before the close: the sender logs its outcome as a
+    WARNING (the threaded driver logged every event at INFO, the asyncio one not at all),
+    and the complete one at INFO."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="nakflow.live")
+    stays = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", receiver_id="stays")
+    leaves = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", receiver_id="leaves")
+    data = stays.data_endpoints + leaves.data_endpoints
+    feedback = stays.feedback_endpoints + leaves.feedback_endpoints
+    try:
+        if driver == "asyncio":
+            async def main() -> None:
+                tx = AsyncSender(data, feedback)
+                await tx.wait_for_receivers()
+                await tx.send_batch([b"x"] * 100)
+                leaves.close()
+                await tx.close()
+            asyncio.run(main())
+        else:
+            tx = Sender(data, feedback)
+            tx.wait_for_receivers()
+            tx.send_batch([b"x"] * 100)
+            leaves.close()
+            tx.close()
+    finally:
+        stays.close()
+        leaves.close()
+    confirmed = [(r.levelno, r.getMessage()) for r in caplog.records
+                 if "Confirmed(" in r.getMessage()]
+    assert [lvl for lvl, msg in confirmed if "receiver='leaves'" in msg] == [logging.WARNING]
+    assert [lvl for lvl, msg in confirmed if "receiver='stays'" in msg] == [logging.INFO]

@@ -444,7 +444,11 @@ def _distinct_endpoints(data: str, feedback: str, *, pairs: bool = False) -> Non
 # -- send ----------------------------------------------------------------------------
 def cmd_send(args: argparse.Namespace) -> int:
     from ..live.sender import Sender
+    from ..live.sender import log as events_log
 
+    # the close's outcomes are the report's problem lines: its WARNING for a receiver not
+    # complete would say each twice (with -v every event shows, at INFO, as before)
+    events_log.setLevel(logging.INFO if args.verbose else logging.ERROR)
     _distinct_endpoints(args.data, args.feedback, pairs=not args.feedback_proxy)
     if args.wait_receivers is None:  # every receiver the --data list leads to
         from transports import parse_endpoints, receivers_expected

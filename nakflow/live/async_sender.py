@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 import uuid
@@ -27,9 +28,11 @@ from transports import (
 
 from ..config import SenderConfig, with_overrides
 from ..core.sender_core import SenderCore
-from ..events import Event
+from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
 from .async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
+
+log = logging.getLogger("nakflow.live.async_sender")
 
 
 class AsyncSender:
@@ -176,6 +179,7 @@ class AsyncSender:
         for buf in core.frames_to_send():
             self._pub.send(buf)
         while (event := core.next_event()) is not None:
+            log.log(log_level(event), "sender %s: %s", core.sender_id, event)
             if self._on_event is not None:
                 self._on_event(event)
         core.timer_changed = False

@@ -33,7 +33,7 @@ from transports import (
 
 from ..config import SenderConfig, with_overrides
 from ..core.sender_core import SenderCore
-from ..events import Event
+from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
 
 log = logging.getLogger("nakflow.live.sender")
@@ -232,7 +232,7 @@ class Sender:
         for buf in self.core.frames_to_send():
             send(buf)
         while (event := self.core.next_event()) is not None:
-            log.info("sender %s: %s", self.core.sender_id, event)
+            log.log(log_level(event), "sender %s: %s", self.core.sender_id, event)
             if self._on_event is not None:
                 self._on_event(event)
 
