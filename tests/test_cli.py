@@ -71,6 +71,8 @@ BAD = [
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--wait-timeout", "0.5"), "0 of 1 receivers answered"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--wait-timeout", "0.5"), "and that they run the same --stream"),
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--nak-probe-after", "0.05"), "--nak-probe-after must be 0 (no probe) or at least 0.1 s"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--nak-probe-after", "-1"), "must be >= 0"),
@@ -272,7 +274,10 @@ def test_a_blocked_sender_stops_on_a_signal_with_its_report(signum: int) -> None
                                       "--count", "100000", "--json"),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(2.0)
+        assert tx.stderr is not None  # up and granted (a 2 s sleep from the Popen guessed
+        while "ready; sending" not in (line := tx.stderr.readline()):  # at the start-up,
+            assert line, tx.communicate()[1]  # too short under load: sent 0, or no report)
+        time.sleep(1.0)  # it sends the stalled queue's credit, a few ms, and blocks
         assert tx.poll() is None  # blocked on credit
         t0 = time.monotonic()
         tx.send_signal(signum)
@@ -356,16 +361,22 @@ def test_a_sender_waits_for_every_receiver_its_data_list_names() -> None:
 def test_a_stream_name_that_differs_is_named_by_the_receiver() -> None:
     """A sender of stream 'beta' and a receiver of 'alpha' on the same endpoints: the
     receiver does not answer it (streams may share a multicast group), so the sender
-    times out, its hint naming --stream; the receiver, which heard its HELLOs, says whose
-    stream it heard. It said only "no sender was heard"."""
-    data, fb = endpoints()
-    rx = receiver(data, fb, "--stream", "alpha", "--duration", "5")
-    tx = nakflow("send", "--data", data, "--feedback", fb, "--stream", "beta", "--count", "10",
-                 "--wait-timeout", "2")
-    assert tx.returncode == 2 and "run the same --stream" in tx.stderr, tx.stderr
-    out, err = rx.communicate(timeout=60)
-    assert rx.returncode == 1, err
-    assert json.loads(out)["problems"] == [
+    times out; the receiver, which heard its HELLOs, says whose stream it heard. It said
+    only "no sender was heard". (``nakflow send``'s hint names --stream: the BAD row
+    "0 of 1 receivers answered".)"""
+    from nakflow import Receiver, Sender
+    from nakflow.report import receiver_verdict
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", stream="alpha") as rx:
+        with Sender(rx.data_endpoints, rx.feedback_endpoints, stream="beta") as tx:
+            with pytest.raises(TimeoutError):
+                tx.wait_for_receivers(timeout=1)
+            deadline = time.monotonic() + 30  # its HELLOs, read by the receiver's thread
+            while rx.snapshot()["foreign_stream"] is None and time.monotonic() < deadline:
+                tx.poll(0.05)
+        snap = rx.snapshot()
+    assert snap["senders"] == [] and snap["foreign"] > 0
+    assert receiver_verdict(snap).problems == [
         "no sender of stream 'alpha' was heard, but frames of stream 'beta' were: the "
         "senders' --stream differs from this receiver's"]
 
