@@ -292,6 +292,33 @@ def test_a_blocked_sender_stops_on_a_signal_with_its_report(signum: int) -> None
         rx.communicate()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_as_sending_begins_ends_the_sender(signum: int) -> None:
+    """The signal at once after "ready; sending", five times: exit 128 + signal with the
+    report each time. The handler's Interrupted could strike inside the threaded sender's
+    threading.Event.set(), leaving its lock held; the abort that followed waited in set()
+    for ever (1 signal in 20-40 hung; faulthandler's stack: cmd_send, Event.set,
+    Condition.__enter__). It wakes its timer through a SimpleQueue now: 0 in 160."""
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--mode", "ack", "--stall-at", "0", "--stall-for", "60",
+                  "--capacity", "1000", "--duration", "60")
+    try:
+        for _ in range(5):
+            tx = subprocess.Popen(nakflow_cmd("send", "--data", data, "--feedback", fb,
+                                              "--mode", "ack", "--count", "100000", "--json"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert tx.stderr is not None
+            while "ready; sending" not in (line := tx.stderr.readline()):
+                assert line, tx.communicate()[1]
+            tx.send_signal(signum)
+            out, err = tx.communicate(timeout=30)
+            assert tx.returncode == 128 + signum, err
+            assert json.loads(out)["sent"] <= 1000
+    finally:
+        rx.kill()
+        rx.communicate()
+
+
 def test_a_sender_interrupted_while_its_close_waits_reports_who_it_still_awaited() -> None:
     """END went out and the close waits for a receiver stopped since before it; SIGTERM
     ends that wait at once: exit 143, the report still comes (the stopped receiver

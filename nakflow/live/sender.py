@@ -8,9 +8,11 @@ the work in each call; a timer thread does what falls due while the application 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import queue
 import threading
 import time
 import uuid
@@ -96,7 +98,12 @@ class Sender:
         if self._watch is not None:
             self._poller.register(self._watch.socket, zmq.POLLIN)
         self._lock = threading.Lock()  # every use of the core and the sockets
-        self._wake = threading.Event()
+        # wakes the timer thread. Not a threading.Event: its set() takes a Condition whose
+        # Python-level __enter__ a signal handler's exception (nakflow send's Interrupted)
+        # can leave holding the lock, and the abort that follows then waits in set() for
+        # ever (caught with faulthandler: 1 signal in ~40 at the start of sending hung);
+        # SimpleQueue.put is one C call
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._next_fb_check = t0
         self._pid, self._closed = os.getpid(), False
         self._timer = threading.Thread(target=self._timer_main, daemon=True,
@@ -128,7 +135,7 @@ class Sender:
                 self._transmit()
             if core.timer_changed:
                 core.timer_changed = False
-                self._wake.set()
+                self._wake.put(None)
 
     def try_send(self, payload: bytes) -> bool:
         """Send one message if the policy allows it now; never blocks. True: admitted (it
@@ -142,7 +149,7 @@ class Sender:
                 self._transmit()
             if core.timer_changed:
                 core.timer_changed = False
-                self._wake.set()
+                self._wake.put(None)
             return ok
 
     def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
@@ -256,8 +263,10 @@ class Sender:
             delay = min(TIMER_IDLE_S, self._timer_at(math.inf) - now,
                         self._next_fb_check + IDLE_FEEDBACK_S - now)
             if delay > 0:
-                self._wake.wait(delay)
-                self._wake.clear()
+                with contextlib.suppress(queue.Empty):
+                    self._wake.get(timeout=delay)
+                    while True:  # wakes that came meanwhile are one
+                        self._wake.get_nowait()
                 continue
             with self._lock:
                 if self._closed:
@@ -305,7 +314,7 @@ class Sender:
                     self._watch.close()
                 self._pub.close(None if linger_s is None else int(linger_s * 1000))
                 self._sub.close(0)
-        self._wake.set()
+        self._wake.put(None)
         if self._timer is not threading.current_thread():
             self._timer.join(1.0)
 
