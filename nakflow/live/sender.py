@@ -135,7 +135,7 @@ class Sender:
                 self._transmit()
             if core.timer_changed:
                 core.timer_changed = False
-                self._wake.put(None)
+                self._wake_timer()
 
     def try_send(self, payload: bytes) -> bool:
         """Send one message if the policy allows it now; never blocks. True: admitted (it
@@ -149,7 +149,7 @@ class Sender:
                 self._transmit()
             if core.timer_changed:
                 core.timer_changed = False
-                self._wake.put(None)
+                self._wake_timer()
             return ok
 
     def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
@@ -255,6 +255,12 @@ class Sender:
             if wait and now >= give_up:
                 raise self.core.send_timed_out(now, timeout)
 
+    def _wake_timer(self) -> None:
+        """Wake the timer thread; at most a wake or two wait (it may be held up on the lock
+        while the application sends)."""
+        if self._wake.empty():
+            self._wake.put(None)
+
     def _timer_main(self) -> None:
         """The core's timers, and the feedback while the application is away: whoever
         holds the lock reads the sockets, so they are never used by two threads at once."""
@@ -314,7 +320,7 @@ class Sender:
                     self._watch.close()
                 self._pub.close(None if linger_s is None else int(linger_s * 1000))
                 self._sub.close(0)
-        self._wake.put(None)
+        self._wake_timer()
         if self._timer is not threading.current_thread():
             self._timer.join(1.0)
 
