@@ -187,6 +187,9 @@ def test_simulate_cli_table_json_out_and_errors(tmp_path):
                           "--param", "bogus=1"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown parameter 'bogus'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+    empty = subprocess.run([sys.executable, "-m", "nakflow", "simulate", "latency-sweep",
+                            "--param", "sweep="], capture_output=True, text=True)
+    assert empty.returncode == 2 and "sweep= names no value of rtt_s" in empty.stderr
 
 
 def test_a_sweep_of_no_value_is_an_error():

@@ -98,12 +98,7 @@ class Sender:
         if self._watch is not None:
             self._poller.register(self._watch.socket, zmq.POLLIN)
         self._lock = threading.Lock()  # every use of the core and the sockets
-        # wakes the timer thread. Not a threading.Event: its set() takes a Condition whose
-        # Python-level __enter__ a signal handler's exception (nakflow send's Interrupted)
-        # can leave holding the lock, and the abort that follows then waits in set() for
-        # ever (caught with faulthandler: 1 signal in ~40 at the start of sending hung);
-        # SimpleQueue.put is one C call
-        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()  # see _wake_timer
         self._next_fb_check = t0
         self._pid, self._closed = os.getpid(), False
         self._timer = threading.Thread(target=self._timer_main, daemon=True,
@@ -256,8 +251,8 @@ class Sender:
                 raise self.core.send_timed_out(now, timeout)
 
     def _wake_timer(self) -> None:
-        """Wake the timer thread; at most a wake or two wait (it may be held up on the lock
-        while the application sends)."""
+        """Wake the timer thread (a wake or two wait at most). Not a threading.Event: a
+        signal's exception inside its set() left the Condition's lock held (CHANGELOG)."""
         if self._wake.empty():
             self._wake.put(None)
 
