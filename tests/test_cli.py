@@ -299,11 +299,11 @@ def test_a_signal_as_sending_begins_ends_the_sender(signum: int) -> None:
     threading.Event.set(), leaving its lock held; the abort that followed waited in set()
     for ever (1 signal in 20-40 hung; faulthandler's stack: cmd_send, Event.set,
     Condition.__enter__). It wakes its timer through a SimpleQueue now: 0 in 160."""
-    data, fb = endpoints()
-    rx = receiver(data, fb, "--mode", "ack", "--stall-at", "0", "--stall-for", "60",
-                  "--capacity", "1000", "--duration", "60")
-    try:
-        for _ in range(5):
+    for _ in range(5):  # a receiver each: a stalled one's queue, full, grants no one more
+        data, fb = endpoints()
+        rx = receiver(data, fb, "--mode", "ack", "--stall-at", "0", "--stall-for", "60",
+                      "--capacity", "1000", "--duration", "60")
+        try:
             tx = subprocess.Popen(nakflow_cmd("send", "--data", data, "--feedback", fb,
                                               "--mode", "ack", "--count", "100000", "--json"),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -314,9 +314,9 @@ def test_a_signal_as_sending_begins_ends_the_sender(signum: int) -> None:
             out, err = tx.communicate(timeout=30)
             assert tx.returncode == 128 + signum, err
             assert json.loads(out)["sent"] <= 1000
-    finally:
-        rx.kill()
-        rx.communicate()
+        finally:
+            rx.kill()
+            rx.communicate()
 
 
 def test_a_sender_interrupted_while_its_close_waits_reports_who_it_still_awaited() -> None:
