@@ -1,10 +1,11 @@
 """The live receiver's bounded queue: the I/O thread puts, the application takes.
 
-One Condition guards it. ``put`` applies the overflow policy and returns what entered
-and what was dropped (for the protocol core); ``take`` hands messages out in the consumer's
-batches, remembers per stream how many left (the core learns it on the I/O thread,
-``released``), wakes the I/O thread when enough was freed for a new grant, and samples
-send-to-delivery latency.
+One lock guards it, and the queue waits and wakes on its own (``_wait``, ``_notify_all``;
+``_wait`` says why not with a ``threading.Condition``). ``put`` applies the overflow policy
+and returns what entered and what was dropped (for the protocol core); ``take`` hands
+messages out in the consumer's batches, remembers per stream how many left (the core
+learns it on the I/O thread, ``released``), wakes the I/O thread when enough was freed for
+a new grant, and samples send-to-delivery latency.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import math
 import threading
 import time
+from _thread import allocate_lock
 from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Sized
+from itertools import islice
 from operator import itemgetter
 from typing import Any
 
@@ -47,7 +50,10 @@ class DeliveryQueue:
                  wake_every: int) -> None:
         self.capacity_msgs = capacity_msgs
         self.overflow = overflow
-        self.cond = threading.Condition()
+        #: Held for every look at the queue. A ``threading.Lock``, whose ``with`` enters
+        #: and leaves in C: a signal cannot leave it held (``_wait``).
+        self.lock = threading.Lock()
+        self._waiters: list[Any] = []  # locks of the threads in _wait, held until notified
         self._wake = wake
         self._wake_every = wake_every
         self._queue: deque[Item] = deque()
@@ -73,9 +79,9 @@ class DeliveryQueue:
 
     # -- the application's side ------------------------------------------------
     def take(self, max_n: int, timeout: float | None = None) -> list[Message]:
-        """Up to ``max_n`` messages; waits up to ``timeout`` for the first one."""
-        wake = False
-        with self.cond:
+        """Up to ``max_n`` messages; waits up to ``timeout`` for the first one. A signal's
+        exception (KeyboardInterrupt) raised in it has taken nothing."""
+        with self.lock:
             q = self._queue
             if not q:
                 end = None if timeout is None else time.monotonic() + timeout
@@ -85,30 +91,74 @@ class DeliveryQueue:
                     remaining = None if end is None else end - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         return []
-                    self.cond.wait(remaining)
+                    self._wait(remaining)
             was_full = len(q) >= self.capacity_msgs
             n = min(max_n, len(q))
+            items = list(islice(q, n))
+            counts = Counter(map(_key_of, items))
+            wake = (self._since_wake + n >= self._wake_every
+                    or (was_full and self.overflow == "block"))
+            if wake:  # before anything is taken: the I/O thread reads what left once it has
+                self._wake()  # the lock, after this take
+            # what follows calls no Python-level code a signal's exception could stop half-way
             if n == len(q):  # all of it (a consumer that keeps up): no per-item pops
-                items = list(q)
                 q.clear()
             else:
-                items = [q.popleft() for _ in range(n)]
+                for _ in range(n):
+                    q.popleft()
             released = self._released
-            for key, count in Counter(map(_key_of, items)).items():
+            for key, count in counts.items():
                 released[key] = released.get(key, 0) + count
             self.delivered += n
             now_wall = time.time()
             self.t_last_delivery = now_wall
             if not q:
-                self.cond.notify_all()  # wait_empty()
-            self._since_wake += n
-            if self._since_wake >= self._wake_every or (was_full and self.overflow == "block"):
-                self._since_wake = 0
-                wake = True
+                self._notify_all()  # wait_empty()
+            self._since_wake = 0 if wake else self._since_wake + n
             self._sample_latency(items, now_wall)
-        if wake:
-            self._wake()
         return list(map(_message_of, items))
+
+    # -- waiting ----------------------------------------------------------------------------
+    def _wait(self, timeout: float | None) -> None:
+        """Called holding ``lock``: release it, wait up to ``timeout`` s for a
+        ``_notify_all``, take it back, also when a signal's exception ends the wait.
+
+        ``threading.Condition``'s, without its Python-level steps. A signal handler runs
+        between bytecodes: one that raised inside ``Condition.__enter__`` after the lock
+        was taken left it held for ever, and the I/O thread blocked on it (a
+        KeyboardInterrupt in ``Receiver.get`` stopped the receiver's I/O in 8 of 40
+        tries; ``close`` then waited its 5 s and no BYE went out). Compiled, this method and
+        the ``with self.lock`` blocks run no bytecode; the only call a signal interrupts is
+        the wait itself, and the lock is taken back after it whatever happened."""
+        waiter = allocate_lock()
+        waiter.acquire()
+        self._waiters.append(waiter)
+        self.lock.release()
+        late: BaseException | None = None
+        try:
+            if timeout is None:
+                waiter.acquire()
+            else:
+                waiter.acquire(True, max(0.0, timeout))
+        finally:
+            while True:  # a signal that comes while the I/O thread holds the lock ends this
+                try:  # acquire with its exception: the lock is still ours to take back
+                    self.lock.acquire()
+                    break
+                except BaseException as exc:
+                    late = late or exc
+            try:
+                self._waiters.remove(waiter)
+            except ValueError:  # notified: _notify_all took it off
+                pass
+        if late is not None:
+            raise late
+
+    def _notify_all(self) -> None:
+        """Called holding ``lock``: every thread in ``_wait`` returns."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.release()
 
     def _sample_latency(self, items: list[Item], now_wall: float) -> None:
         # latency of a sample (the first, the oldest, is always in it): per-item
@@ -128,26 +178,26 @@ class DeliveryQueue:
     def wait_empty(self, pending: Sized, timeout: float | None = None) -> bool:
         """Wait until the queue and ``pending`` (the I/O thread's) are empty."""
         end = math.inf if timeout is None else time.monotonic() + timeout
-        with self.cond:
+        with self.lock:
             while self._queue or len(pending):
                 remaining = end - time.monotonic()
                 if remaining <= 0:
                     return False
-                self.cond.wait(min(remaining, 1.0))
+                self._wait(min(remaining, 1.0))
         return True
 
     def ends(self) -> dict[SenderKey, int]:
-        with self.cond:
+        with self.lock:
             return dict(self._ends)
 
     def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
         end = math.inf if timeout is None else time.monotonic() + timeout
-        with self.cond:
+        with self.lock:
             while len(self._ends) < n:
                 remaining = end - time.monotonic()
                 if remaining <= 0 or self.closed:
                     return len(self._ends) >= n
-                self.cond.wait(min(remaining, 1.0))
+                self._wait(min(remaining, 1.0))
         return True
 
     # -- the I/O thread's side -------------------------------------------------
@@ -162,7 +212,7 @@ class DeliveryQueue:
         if not pending:
             return enq, dropped
         cap = self.capacity_msgs
-        with self.cond:
+        with self.lock:
             q = self._queue
             if len(q) + len(pending) <= cap:  # all of it fits (a consumer that keeps up):
                 enq.update(Counter(map(_key_of, pending)))  # no per-item checks
@@ -183,32 +233,32 @@ class DeliveryQueue:
                 enq[item[0]] = enq.get(item[0], 0) + 1
             if len(q) > self.queue_peak:
                 self.queue_peak = len(q)
-            self.cond.notify_all()
+            self._notify_all()
         return enq, dropped
 
     def released(self) -> tuple[dict[SenderKey, int], int]:
         """What left the queue since the last call, per stream, and the depth now."""
-        with self.cond:
+        with self.lock:
             released, self._released = self._released, {}
             return released, len(self._queue)
 
     def set_ends(self, ends: dict[SenderKey, int], left: int = 0) -> None:
         """END seen from ``ends``; ``left`` senders left without one."""
-        with self.cond:
+        with self.lock:
             self._ends = dict(ends)
             self.left = left
-            self.cond.notify_all()
+            self._notify_all()
 
     def finished(self) -> int:
         """Senders that ended (END) or left without END."""
-        with self.cond:
+        with self.lock:
             return len(self._ends) + self.left
 
     def finish(self) -> None:
         """The I/O thread is done: waiters return."""
-        with self.cond:
+        with self.lock:
             self.closed = True
-            self.cond.notify_all()
+            self._notify_all()
 
     def snapshot(self, first_data_wall: float | None, pending: int) -> dict[str, Any]:
         """The queue's own figures (``first_data_wall``: when the first DATA arrived, wall
@@ -227,7 +277,7 @@ class DeliveryQueue:
         ``take`` samples at most about LATENCY_PER_CALL of its messages, the oldest
         always), and the largest sampled since start. ``outliers``: samples left out as
         impossible (timestamps more than an hour ahead or a day behind)."""
-        with self.cond:
+        with self.lock:
             n = min(self._lat_n, LATENCY_SAMPLES)
             sample = sorted(self._lat[:n])
             worst = self._lat_max

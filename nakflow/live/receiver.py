@@ -164,7 +164,7 @@ class Receiver:
     def close(self, timeout: float = 5.0) -> None:
         """Stop the I/O thread (BYE) and close the sockets; queued messages stay available
         to ``get`` and are counted as ``queued``: nothing disappears silently."""
-        with self._queue.cond:
+        with self._queue.lock:
             if self._stopping:
                 return
             self._stopping = True
