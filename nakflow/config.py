@@ -6,6 +6,7 @@ can travel to Spark executors.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -522,7 +523,9 @@ def with_overrides(config: Any, cls: type, overrides: dict[str, Any]) -> Any:
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+        near = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}{hint}")
     given = {k: v for k, v in overrides.items() if v is not _UNSET}
     return replace(base, **given) if given else base
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ import zmq
 
 from nakflow.live.receiver import Receiver
 from nakflow.live.sender import Sender
+from nakflow.testing import free_port
 from tests.netns import run_in_netns
 from transports import (
     EndpointError,
@@ -140,6 +142,24 @@ def test_bad_endpoints_are_clear_errors() -> None:
         parse_endpoints("udp://1.2.3.4:5")
     with pytest.raises(EndpointError, match="at least one"):
         parse_endpoints(" , ")
+
+
+def test_a_receiver_given_one_endpoint_twice_says_so_and_binds_nothing() -> None:
+    """It raised ZeroMQ's ``Address already in use``: in use by itself, which misleads."""
+    data, fb = f"tcp://127.0.0.1:{free_port()}", "tcp://127.0.0.1:*"
+    for lists in ((data, data), (f"{data},{data}", fb)):
+        with pytest.raises(EndpointError, match=f"endpoint {data} is named twice"):
+            Receiver(*lists)
+    with Receiver(data, fb) as rx:  # nothing was left bound
+        assert rx.data_endpoints == [data]
+
+
+def test_an_unknown_keyword_argument_names_the_one_meant() -> None:
+    meant = re.escape("'capcity_msgs' (did you mean 'capacity_msgs'?)")
+    with pytest.raises(TypeError, match=meant):
+        Receiver("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", capcity_msgs=10)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'colour'$"):
+        Sender("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", colour="red")
 
 
 def test_a_path_is_host_local_where_every_data_endpoint_leads_to_this_host() -> None:

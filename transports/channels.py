@@ -170,6 +170,17 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
     return uris
 
 
+def check_distinct(data: Sequence[str], feedback: Sequence[str]) -> None:
+    """No endpoint named twice in a data and a feedback list (parsed), a sender's or a
+    receiver's: each channel needs its own (a receiver would bind it twice). ``:*`` (a
+    free port each time) may repeat. Raises EndpointError naming it."""
+    every = [*data, *feedback]
+    twice = sorted({u for u in every if every.count(u) > 1 and not u.endswith(":*")})
+    if twice:
+        raise EndpointError(f"endpoint {twice[0]} is named twice: each receiver has its own "
+                            "data and feedback endpoints (e.g. ports 5600 and 5601)")
+
+
 def check_pairs(data: Sequence[str], feedback: Sequence[str], *,
                 proxy: bool = False) -> None:
     """A sender's endpoint lists (parsed): one feedback endpoint per data endpoint over
@@ -177,12 +188,8 @@ def check_pairs(data: Sequence[str], feedback: Sequence[str], *,
     ``proxy``: the feedback endpoints are not one per receiver (a proxy that forwards
     every receiver's feedback), so the lists need not pair. Raises EndpointError saying
     which."""
-    every = [*data, *feedback]
-    twice = sorted({u for u in every if every.count(u) > 1 and not u.endswith(":*")})
-    if twice:
-        raise EndpointError(f"endpoint {twice[0]} is named twice: each receiver has its own "
-                            "data and feedback endpoints (e.g. ports 5600 and 5601)")
-    if proxy or any(map(is_multicast, every)):
+    check_distinct(data, feedback)
+    if proxy or any(map(is_multicast, [*data, *feedback])):
         return
     if len(data) != len(feedback):
         raise EndpointError(
@@ -326,13 +333,14 @@ def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,
         ctx = context or zmq.Context.instance()
     sockets: list[zmq.Socket[bytes]] = []
     try:
-        sub, data_eps = open_sub(ctx, parse_endpoints(data), bind=True, options=options,
+        data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
+        check_distinct(data_uris, fb_uris)
+        sub, data_eps = open_sub(ctx, data_uris, bind=True, options=options,
                                  subscribe=subscribe)
         sockets.append(sub)
-        pub, fb_eps = open_pub(ctx, parse_endpoints(feedback), bind=True, options=options)
+        pub, fb_eps = open_pub(ctx, fb_uris, bind=True, options=options)
         sockets.append(pub)
         hear_uris = parse_endpoints(overhear) if overhear else []
-        fb_uris = parse_endpoints(feedback)
         if any(is_multicast(u) for u in fb_uris):
             hear_uris += fb_uris
         hear = None

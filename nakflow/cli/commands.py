@@ -430,15 +430,10 @@ def _logged(get_many: Any, log: Any) -> Any:
 def _distinct_endpoints(data: str, feedback: str, *, pairs: bool = False) -> None:
     """No endpoint named twice (both channels need their own); a sender's lists (``pairs``)
     also one feedback endpoint per data endpoint over tcp/ipc. Raises ValueError."""
-    from transports import check_pairs, parse_endpoints
+    from transports import check_distinct, check_pairs, parse_endpoints
 
     d, f = parse_endpoints(data), parse_endpoints(feedback)
-    same = set(d) & set(f)
-    if any(not u.endswith(":*") for u in same):
-        raise ValueError(f"--data and --feedback both name {sorted(same)[0]}: each channel "
-                         "needs its own endpoint (e.g. ports 5600 and 5601)")
-    if pairs:
-        check_pairs(d, f)
+    check_pairs(d, f) if pairs else check_distinct(d, f)
 
 
 # -- send ----------------------------------------------------------------------------

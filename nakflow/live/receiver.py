@@ -49,7 +49,8 @@ class Receiver:
         on_event: called with each ``nakflow.events.Event`` (on the I/O thread).
 
     Raises:
-        ConfigError, transports.EndpointError, zmq.ZMQError (e.g. address in use).
+        ConfigError, TypeError (an unknown keyword argument), transports.EndpointError (an
+        endpoint named twice, a malformed one), zmq.ZMQError (e.g. an address in use).
     """
 
     def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
