@@ -177,8 +177,9 @@ def check_distinct(data: Sequence[str], feedback: Sequence[str]) -> None:
     every = [*data, *feedback]
     twice = sorted({u for u in every if every.count(u) > 1 and not u.endswith(":*")})
     if twice:
-        raise EndpointError(f"endpoint {twice[0]} is named twice: each receiver has its own "
-                            "data and feedback endpoints (e.g. ports 5600 and 5601)")
+        raise EndpointError(f"endpoint {twice[0]} is named twice: each channel needs its own "
+                            "endpoint (each receiver has one for data and one for feedback, "
+                            "e.g. ports 5600 and 5601)")
 
 
 def check_pairs(data: Sequence[str], feedback: Sequence[str], *,
