@@ -489,6 +489,11 @@ class ReceiverConfig:
     shared_key: Any = None
     #: (sender, epoch) streams accounted at once; past it the oldest ended is forgotten.
     max_streams: int = 10_000
+    #: A sender of which nothing was heard this long while the receiver listened (no DATA,
+    #: no announcement: a live one announces at least every second) is taken to have left
+    #: without END (``SenderLeft`` with ``why="silent"``; heard again, it is back), s.
+    #: None: wait for its END or BYE for ever. Streams with no DATA yet are not judged.
+    sender_gone_s: float | None = 10.0
     #: Tests only: drop this fraction of DATA frames after reading them (needs an rng).
     #: Repairs (RDATA) are not dropped: each lost message then takes one repair round,
     #: where a repair lost again and again (30 % each time) outlasted a 1 s history on a
@@ -508,6 +513,8 @@ class ReceiverConfig:
             raise ConfigError("stream must be a name of 1..256 characters")
         if not 0 <= self.test_data_loss < 1:
             raise ConfigError("test_data_loss must lie in [0, 1)")
+        if self.sender_gone_s is not None and not self.sender_gone_s > 0:
+            raise ConfigError("sender_gone_s must be > 0 (None: never)")
 
     def named(self, receiver_id: str) -> ReceiverConfig:
         return replace(self, receiver_id=self.receiver_id or receiver_id)

@@ -62,10 +62,13 @@ class StreamEnded(Event):
 
 @dataclass(frozen=True)
 class SenderLeft(Event):
-    """(receiver) a sender this receiver heard left without END (aborted)."""
+    """(receiver) a sender this receiver heard left without END: ``why`` is ``bye`` (it
+    aborted) or ``silent`` (nothing heard for ``ReceiverConfig.sender_gone_s``: killed, or
+    cut off)."""
 
     sender: str
     epoch: int
+    why: str = "bye"
 
 
 @dataclass(frozen=True)

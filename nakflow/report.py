@@ -81,11 +81,16 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     if queued:
         line += f", {_n(queued)} still queued"
     open_streams = len(streams) - ended
+    silent = min(open_streams, snap.get("senders_silent", 0))  # core.silence
     if open_streams:
         line += f"; {open_streams} without END"
-        if not service:
-            problems.append(f"{open_streams} sender(s) sent no END (stopped, or still "
-                            "sending)")
+        why = "stopped, or still sending"
+        if silent:
+            why = (f"{'all' if silent == open_streams else silent} fell silent, nothing heard "
+                   f"for {snap.get('sender_gone_s', 0):g} s: killed, or cut off"
+                   + ("" if silent == open_streams else f"; the others {why}"))
+        if not service or silent:  # that a sender died is news to a service too
+            problems.append(f"{open_streams} sender(s) sent no END ({why})")
     if expect_senders is not None and ended < expect_senders:
         problems.append(f"END from {ended} of the {expect_senders} senders expected")
     if not streams and not service:

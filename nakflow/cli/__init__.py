@@ -214,12 +214,17 @@ def _receive_parser(sub: Any) -> None:
     r.add_argument("--stall-for", type=_non_negative, default=0.0, metavar="S",
                    help="... for this long (0: never stalls)")
     r.add_argument("--senders", type=_positive_int, default=None, metavar="N",
-                   help="exit once N senders finished (END, or left without it) and "
-                        "their streams are complete or given up (default: run until "
-                        "--duration or SIGTERM)")
+                   help="exit once N senders finished (END, or left without it: BYE, or "
+                        "silent for --sender-gone) and their streams are complete or "
+                        "given up (default: run until --duration or SIGTERM)")
     r.add_argument("--duration", type=_positive, default=None, metavar="S",
                    help="stop after this long (default: until --senders finished, or "
                         "SIGTERM)")
+    r.add_argument("--sender-gone", type=_non_negative, default=10.0, metavar="S",
+                   help="a sender heard from, then silent this long while this receiver "
+                        "listens (a live one announces itself every second), left without "
+                        "END: killed, or cut off (default: 10; 0: wait for its END for "
+                        "ever)")
     r.add_argument("--max-streams", type=_positive_int, default=10_000, metavar="N",
                    help="per-stream state kept for at most N (sender, epoch) streams and "
                         "sender ids; past it the oldest ended, then the least recently "

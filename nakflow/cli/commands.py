@@ -335,6 +335,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
                       receiver_id=args.id, capacity_msgs=args.capacity,
                       overflow=args.overflow, drop_duplicates=args.drop_duplicates,
                       overhear=args.overhear or (), max_streams=args.max_streams,
+                      sender_gone_s=args.sender_gone or None,
                       options=socket_options(args), shared_key=shared_key(args),
                       repair=repair_config(args), test_data_loss=args.test_drop_data,
                       ack=AckConfig(max_share=args.ack_max_share), nak=nak_config(args))

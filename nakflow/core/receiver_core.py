@@ -53,6 +53,7 @@ from ..wire.endpoint import Endpoint
 from .endings import StreamEndings
 from .repair import RepairRequester
 from .seqtrack import SequenceTracker
+from .silence import SenderSilence
 from .timeline import Timeline
 
 log = logging.getLogger("nakflow.live.receiver")
@@ -131,6 +132,7 @@ class ReceiverCore(Endpoint):
                                  interval_s=cfg.timeline_interval_s)
         self.read_chunk = max(1, min(256, cap // 20))  # frames (and messages) per look
         self.endings = StreamEndings(cfg.stream, receiver_id, self.tracker.max_streams)
+        self.silence = SenderSilence(cfg.sender_gone_s, now)
         self.node_desc, self._log = f"receiver {self.receiver_id}", log
         self._init_endpoint()
         self._t0 = now
@@ -144,6 +146,7 @@ class ReceiverCore(Endpoint):
         self._backlog = False
         self._away_briefly = False  # FillSignals.away_briefly at the last exchange
         self._drained = False  # the driver's last read emptied the socket
+        self._wants = False  # the last wants_data: the driver reads the data channel
         self.frames_in = self.messages_in = self.dropped = self.delivered = 0
         self.feedback_sent = self.feedback_bytes = self.test_dropped = 0
         self.flow_frames = 0  # of those, the flow policy's: NAKs (nak) or CREDITs (ack)
@@ -252,6 +255,7 @@ class ReceiverCore(Endpoint):
         if frame.mode != self.mode:
             self._mismatch(f"sender {frame.node} runs mode {frame.mode!r}")
         key = (frame.node, frame.epoch)
+        self.silence.on_sign(key, now)
         if frame.announce:  # idle: "every seq below next_seq was sent"; no answer
             if key not in self.endings.ends:
                 self.tracker.on_announce(frame.node, frame.epoch, frame.next_seq)
@@ -283,6 +287,8 @@ class ReceiverCore(Endpoint):
         key = (frame.sender, frame.epoch)
         self._answered(frame.sender, frame.epoch)
         tracked = key in self.tracker.streams
+        if self.silence.heard_again(key):
+            self._back(key)
         self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
         self.flow.on_sender_gone(key)
         self.progress.forget(key)
@@ -303,14 +309,47 @@ class ReceiverCore(Endpoint):
                        "RepairConfig.history_*, or a faster consumer would have caught up)")
 
     def _on_sender_bye(self, frame: Bye) -> None:
-        # after END this changes nothing; without END (an aborted sender) its stream stays
-        # incomplete and its credit window is freed for the others
-        key = (frame.node, frame.epoch)
+        self._sender_left((frame.node, frame.epoch), "bye")
+
+    def _sender_left(self, key: SenderKey, why: str) -> bool:
+        """The sender of ``key`` left (``why``: ``bye``, or ``silent``: nothing heard for
+        ``sender_gone_s``). After END this changes nothing; without END (an aborted or a
+        killed sender) its stream stays incomplete and its credit window is freed for the
+        others. True if it left without END."""
         self.flow.on_sender_gone(key)
         self.progress.forget(key)
-        self.signals.forget(frame.node)
-        if self.endings.on_bye(key, tracked=key in self.tracker.streams):
-            self._event(SenderLeft(frame.node, frame.epoch))
+        self.signals.forget(key[0])
+        if not self.endings.on_bye(key, tracked=key in self.tracker.streams):
+            return False
+        self._event(SenderLeft(key[0], key[1], why))
+        return True
+
+    def _look_for_silence(self, now: float) -> None:
+        """Streams whose sender fell silent leave without END; those heard again are back
+        (``core.silence``)."""
+        silence = self.silence
+        if now < silence.next_look:
+            return
+        if not (self._wants and self._drained and not self._pending
+                and self._woke_late < PAUSE_S):  # not listening: see core.silence
+            silence.deaf(now)
+        gone, back = silence.look(self.tracker.streams, self.endings, now)
+        for key in gone:
+            if self._sender_left(key, "silent"):
+                self._warn(f"silent {key[0]}/{key[1]}",
+                           f"sender {key[0]} epoch {key[1]} fell silent without END: nothing "
+                           f"heard for {self.silence.gone_s:g} s (killed, or cut off), so "
+                           "its stream ends here incomplete (ReceiverConfig.sender_gone_s, "
+                           "receive --sender-gone)")
+        for key in back:
+            self._back(key)
+
+    def _back(self, key: SenderKey) -> None:
+        self.endings.on_back(key)
+        self._warn(f"back {key[0]}/{key[1]}",
+                   f"sender {key[0]} epoch {key[1]}, taken as gone after "
+                   f"{self.silence.gone_s:g} s of silence, is heard again: it was paused, "
+                   "not killed (a longer sender_gone_s covers such pauses)")
 
     def receive_overheard(self, buf: bytes, now: float) -> None:
         """Another receiver's feedback frame."""
@@ -411,8 +450,9 @@ class ReceiverCore(Endpoint):
         """Read the data channel now? Not while the queue is full under ``block``, nor
         while it is full and this receiver holds back (its own backlog, a consumer away
         for a moment, or in ``ack``: ``_holding_back``)."""
-        return not (queue_full and (self.config.overflow == "block"
-                                    or self._holding_back()))
+        self._wants = wants = not (queue_full and (self.config.overflow == "block"
+                                                   or self._holding_back()))
+        return wants
 
     def _holding_back(self) -> bool:
         """In ``nak`` with repair, what waits in the socket is this receiver's own backlog
@@ -495,8 +535,8 @@ class ReceiverCore(Endpoint):
         return t is not None and now >= t
 
     def handle_timer(self, now: float) -> None:
-        """HELLO when due (presence, every ``hello_interval_s``), PROGRESS held back, and the
-        feedback due."""
+        """HELLO when due (presence, every ``hello_interval_s``) and with it a look for
+        senders that fell silent, PROGRESS held back, and the feedback due."""
         if self.progress.reporting:  # the room is measured only for a sender starting
             for report in self.progress.poll(self._room(now), now):
                 self.flow_frames += 1
@@ -505,6 +545,7 @@ class ReceiverCore(Endpoint):
             self._next_hello = now + self.config.hello_interval_s
             self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, "",
                              now + self.wall_offset, receipts=True), now)
+            self._look_for_silence(now)
         self._feedback(now)
 
     def close(self, now: float) -> None:
@@ -550,6 +591,8 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "flow_frames": core.flow_frames, "progress_sent": core.progress.sent,
         "receipts_sent": core.endings.receipts_sent,
         "senders": core.tracker.per_sender(),
+        # streams whose sender fell silent without END (core.silence), and the limit
+        "senders_silent": len(core.silence.silent), "sender_gone_s": core.silence.gone_s,
         "io_behind_polls": core.io_behind_polls,
         "late_max_ms": round(core.late_max * 1000, 3),
         "naks_not_news": flow.get("naks_not_news", 0),

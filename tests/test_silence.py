@@ -1,0 +1,188 @@
+"""A sender that falls silent without END (killed, cut off) is taken to have left after
+``ReceiverConfig.sender_gone_s``; a live one never is, however long it idles, and a
+receiver that is not listening judges no one. The real cores over the simulator's link
+(``SimLink``, virtual time); then a killed ``nakflow send`` and the receiver that waited
+for it.
+
+Before, a receiver learnt that a sender had left only from its BYE: a killed sender's
+receiver, waiting for ``--senders 1``, waited for ever (``Receiver.messages`` until its
+timeout).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from nakflow import ReceiverConfig, ReceiverCore, SenderConfig, SenderCore
+from nakflow.core.silence import LOOK_S
+from nakflow.events import SenderLeft
+from nakflow.report import receiver_verdict
+from nakflow.testing import free_port
+from simulations.cores import SimLink
+
+GONE_S = 3.0
+
+
+class Pair:
+    """One sender, one receiver (``gone_s``, ``overflow``) over SimLink in 1 ms steps."""
+
+    def __init__(self, *, overflow: str = "drop-newest", capacity: int = 2_000) -> None:
+        self.tx = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="tx", epoch=1,
+                                          frame_msgs=16), now=0.0)
+        self.rx = ReceiverCore(ReceiverConfig(mode="nak", stream="s", receiver_id="rx",
+                                              capacity_msgs=capacity, overflow=overflow,
+                                              sender_gone_s=GONE_S),
+                               now=0.0, rng=random.Random(1))
+        self.link = SimLink([self.tx], [self.rx], rng=random.Random(2))
+        self.queue = self.link.queues[0]
+        self.events: list[object] = []
+        self.delivered = 0
+
+    @property
+    def now(self) -> float:
+        return self.link.now
+
+    def run(self, seconds: float, *, send_per_ms: int = 0, consume: bool = True,
+            stopped: bool = False) -> None:
+        """``seconds`` of steps; the sender (while it is on the link) offers
+        ``send_per_ms`` messages a step; the receiver consumes unless told not to, and
+        neither reads nor consumes while ``stopped``."""
+        for _ in range(round(seconds * 1000)):
+            t = self.now
+            if self.tx in self.link.senders and not self.tx.closed:
+                for _ in range(send_per_ms):
+                    if self.tx.offer(b"m", t):  # not admitted: the limit says wait
+                        break
+                self.tx.flush(t)
+            self.link.stopped[0] = stopped
+            if consume and not stopped:
+                self.delivered += len(self.queue.take(1_000, 0))
+            self.link.step()
+            while (ev := self.rx.next_event()) is not None:
+                self.events.append(ev)
+
+    def left(self) -> list[SenderLeft]:
+        return [e for e in self.events if isinstance(e, SenderLeft)]
+
+    def kill_sender(self) -> None:
+        self.link.senders.remove(self.tx)  # says nothing again; what it sent still arrives
+
+    def revive_sender(self) -> None:
+        self.link.senders.append(self.tx)
+
+    def stream(self) -> dict[str, object]:
+        (row,) = self.rx.tracker.per_sender()
+        return row
+
+
+def test_a_killed_sender_is_gone_after_sender_gone_s_and_its_stream_ends_incomplete():
+    p = Pair()
+    p.run(1.0, send_per_ms=5)
+    p.kill_sender()
+    killed_at = p.now
+    while not p.left() and p.now < killed_at + 30:
+        p.run(0.01)
+    (left,) = p.left()
+    assert (left.sender, left.epoch, left.why) == ("tx", 1, "silent")
+    # its last frames arrived a round trip after it died; a look every LOOK_S
+    assert killed_at + GONE_S <= p.now <= killed_at + GONE_S + 2 * LOOK_S + 0.1
+    assert p.queue.finished() == 1  # what --senders N and Receiver.messages count
+    snap = p.rx.snapshot(p.now)
+    assert snap["senders_silent"] == 1 and p.stream()["status"] == "incomplete"
+    verdict = receiver_verdict(snap, expect_senders=1)
+    assert any(f"fell silent, nothing heard for {GONE_S:g} s" in line
+               for line in verdict.problems), verdict
+
+
+def test_a_live_sender_is_never_gone_however_long_it_idles():
+    """Idle for 5x sender_gone_s between two bursts (its timer announces the last seq at
+    least every second), then END: complete, and no one left."""
+    p = Pair()
+    p.run(0.5, send_per_ms=5)
+    p.run(5 * GONE_S)
+    p.run(0.5, send_per_ms=5)
+    p.tx.close(p.now)
+    p.run(2.0)
+    assert p.left() == [] and p.rx.silence.gone_total == 0
+    assert p.stream()["status"] == "complete" and p.delivered == p.tx.sent
+
+
+def test_a_receiver_that_is_not_listening_judges_no_one():
+    """A receiver stopped for 3x sender_gone_s (the sender sends on, its frames wait on
+    the link), then one whose consumer stalls as long under ``block`` (its full queue
+    reads nothing while the sender waits): what it did not read was not the sender's
+    silence. Both end complete, no one left."""
+    p = Pair()
+    p.run(0.5, send_per_ms=2)
+    p.run(3 * GONE_S, send_per_ms=2, stopped=True)
+    p.run(2.0, send_per_ms=2)
+    assert p.left() == []
+    p = Pair(overflow="block", capacity=500)
+    p.run(0.5, send_per_ms=5)
+    p.run(3 * GONE_S, send_per_ms=5, consume=False)
+    p.run(3.0, send_per_ms=5)
+    p.tx.close(p.now)
+    p.run(2.0)
+    assert p.left() == [] and p.rx.silence.gone_total == 0
+    assert p.stream()["status"] == "complete" and p.delivered == p.tx.sent
+
+
+def test_a_sender_taken_as_gone_and_heard_again_is_back_and_counted_once():
+    """Paused (SIGSTOP) for longer than sender_gone_s: gone, then back when it sends again,
+    and its END counts it finished once."""
+    p = Pair()
+    p.run(0.5, send_per_ms=5)
+    p.kill_sender()
+    p.run(GONE_S + 2 * LOOK_S + 0.5)
+    assert [e.why for e in p.left()] == ["silent"] and p.queue.finished() == 1
+    p.revive_sender()
+    p.run(1.0, send_per_ms=5)
+    assert p.queue.finished() == 0 and p.rx.silence.back_total == 1
+    p.tx.close(p.now)
+    p.run(2.0)
+    assert p.queue.finished() == 1 and p.rx.snapshot(p.now)["senders_silent"] == 0
+    assert p.stream()["status"] == "complete" and p.delivered == p.tx.sent
+
+
+def _delivered(metrics_url: str) -> float:
+    with urllib.request.urlopen(metrics_url, timeout=5) as page:
+        text = page.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("nakflow_messages_delivered"))
+
+
+def test_a_receiver_waiting_for_a_killed_sender_ends_with_a_verdict():
+    """``nakflow receive --senders 1`` and a ``nakflow send`` killed by SIGKILL once the
+    receiver has its first messages: the receiver exits 1 about --sender-gone later,
+    saying the sender fell silent. Before, it waited for ever."""
+    data, fb, metrics = (free_port() for _ in range(3))
+    cmd = [sys.executable, "-m", "nakflow"]
+    rx = subprocess.Popen([*cmd, "receive", "--data", f"tcp://127.0.0.1:{data}", "--feedback",
+                           f"tcp://127.0.0.1:{fb}", "--senders", "1", "--sender-gone", "1",
+                           "--metrics-port", str(metrics)], stderr=subprocess.PIPE, text=True)
+    tx = None
+    try:
+        assert rx.stderr is not None and "ready" in rx.stderr.readline()
+        tx = subprocess.Popen([*cmd, "send", "--data", f"tcp://127.0.0.1:{data}", "--feedback",
+                               f"tcp://127.0.0.1:{fb}", "--count", "10000000", "--max-rate",
+                               "2000"], stderr=subprocess.DEVNULL)
+        url, end = f"http://127.0.0.1:{metrics}/metrics", time.monotonic() + 60
+        while _delivered(url) == 0:  # a stream with no DATA yet is not judged
+            assert tx.poll() is None and time.monotonic() < end, "nothing delivered"
+            time.sleep(0.05)
+        tx.send_signal(signal.SIGKILL)
+        tx.wait(30)
+        err = rx.communicate(timeout=60)[1]
+    finally:
+        for proc in (tx, rx):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert rx.returncode == 1, err
+    assert "fell silent without END: nothing heard for 1 s" in err
+    assert "(all fell silent, nothing heard for 1 s: killed, or cut off)" in err
