@@ -186,3 +186,40 @@ def test_a_receiver_waiting_for_a_killed_sender_ends_with_a_verdict():
     assert rx.returncode == 1, err
     assert "fell silent without END: nothing heard for 1 s" in err
     assert "(all fell silent, nothing heard for 1 s: killed, or cut off)" in err
+
+
+def test_live_senders_away_from_their_application_are_never_taken_as_gone():
+    """The threaded and the asyncio sender, their application away for 3x sender_gone_s
+    between two bursts: their timers announce the last seq, so a receiver that takes a
+    sender as gone after 1 s of silence never does. Both streams complete."""
+    import asyncio
+
+    from nakflow import AsyncSender, Receiver, Sender
+
+    events: list[object] = []
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", sender_gone_s=1.0,
+                  on_event=events.append) as rx:
+        eps = rx.data_endpoints, rx.feedback_endpoints
+        with Sender(*eps) as tx:
+            tx.wait_for_receivers(1)
+            for i in range(100):
+                tx.send(b"%d" % i)
+            time.sleep(3.0)  # the application is away: the state under test, not a sync
+            for i in range(100):
+                tx.send(b"%d" % i)
+
+        async def aio() -> None:
+            async with AsyncSender(*eps) as atx:
+                await atx.wait_for_receivers(1)
+                for i in range(100):
+                    await atx.send(b"%d" % i)
+                await asyncio.sleep(3.0)  # the application awaits something else
+                for i in range(100):
+                    await atx.send(b"%d" % i)
+
+        asyncio.run(aio())
+        got = list(rx.messages(senders=2, timeout=30))
+        snap = rx.snapshot()
+    assert [e for e in events if isinstance(e, SenderLeft)] == []
+    assert len(got) == 400 and snap["senders_silent"] == 0
+    assert [s["status"] for s in snap["senders"]] == ["complete", "complete"]

@@ -10,6 +10,8 @@ import math
 
 #: The first announcement goes this long after the last DATA frame, the next ones at
 #: doubling intervals up to ANNOUNCE_MAX_S, s: a lost tail is known within about this.
+#: The announcements are also how an idle sender shows it is alive: a receiver takes one
+#: silent for ReceiverConfig.sender_gone_s (10 s) as gone (core.silence).
 ANNOUNCE_FIRST_S = 0.05
 ANNOUNCE_MAX_S = 1.0
 #: After END, END goes again this many times, at intervals doubling from
