@@ -76,7 +76,7 @@ class Pair:
         self.link.senders.append(self.tx)
 
     def stream(self) -> dict[str, object]:
-        (row,) = self.rx.tracker.per_sender()
+        (row,) = [r for r in self.rx.tracker.per_sender() if r["sender"] == "tx"]
         return row
 
 
@@ -97,6 +97,25 @@ def test_a_killed_sender_is_gone_after_sender_gone_s_and_its_stream_ends_incompl
     verdict = receiver_verdict(snap, expect_senders=1)
     assert any(f"fell silent, nothing heard for {GONE_S:g} s" in line
                for line in verdict.problems), verdict
+
+
+def test_a_silent_stream_counts_as_finished_only_once_no_other_stream_is_live():
+    """A made-up DATA frame is a stream that never speaks again: counted as finished at
+    once, it ended a receiver's wait for ``--senders 1`` while the real sender still sent
+    (the memory test's flood). A stranger's frame goes silent beside the real stream; the
+    real one's END then finishes it, and only then does the silent one count too."""
+    from nakflow.wire.codec import Data, encode
+
+    p = Pair()
+    p.run(0.2, send_per_ms=1)
+    stranger = encode(Data("s", "mallory", 7, 0, 0.0, (b"junk",)))
+    p.link.inject(0, stranger)
+    p.run(GONE_S + 2 * LOOK_S + 0.2, send_per_ms=1)
+    assert [(e.sender, e.why) for e in p.left()] == [("mallory", "silent")]
+    assert p.queue.finished() == 0  # the real sender still sends
+    p.tx.close(p.now)
+    p.run(2.0)
+    assert p.queue.finished() == 2 and p.rx.snapshot(p.now)["senders_silent"] == 1
 
 
 def test_a_live_sender_is_never_gone_however_long_it_idles():

@@ -60,11 +60,6 @@ class StreamEndings:
         """``key`` ended, or its sender left: its stream is settled here."""
         return key in self.ends or key in self.left
 
-    def on_back(self, key: SenderKey) -> None:
-        """The sender of ``key``, taken as gone (silent), was heard again: it has not left."""
-        if self.left.pop(key, 0) is None:
-            self.changed = True
-
     @property
     def receipts_due(self) -> bool:
         return bool(self._due)

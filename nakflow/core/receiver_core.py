@@ -319,10 +319,13 @@ class ReceiverCore(Endpoint):
         self.flow.on_sender_gone(key)
         self.progress.forget(key)
         self.signals.forget(key[0])
-        if not self.endings.on_bye(key, tracked=key in self.tracker.streams):
-            return False
-        self._event(SenderLeft(key[0], key[1], why))
-        return True
+        if why == "silent":  # counted as finished by the silence's own rule (``counted``)
+            left = key not in self.endings
+        else:
+            left = self.endings.on_bye(key, tracked=key in self.tracker.streams)
+        if left:
+            self._event(SenderLeft(key[0], key[1], why))
+        return left
 
     def _look_for_silence(self, now: float) -> None:
         """Streams whose sender fell silent leave without END; those heard again are back
@@ -345,7 +348,6 @@ class ReceiverCore(Endpoint):
             self._back(key)
 
     def _back(self, key: SenderKey) -> None:
-        self.endings.on_back(key)
         self._warn(f"back {key[0]}/{key[1]}",
                    f"sender {key[0]} epoch {key[1]}, taken as gone after "
                    f"{self.silence.gone_s:g} s of silence, is heard again: it was paused, "
@@ -377,10 +379,10 @@ class ReceiverCore(Endpoint):
         self.consumed(released, depth, queue.delivered, now)
         if now >= self._next_hello or self._due(now):
             self.handle_timer(now)
-        endings = self.endings
-        if endings.changed:
-            endings.changed = False
-            queue.set_ends(endings.ends, len(endings.left))
+        endings, silence = self.endings, self.silence
+        if endings.changed or silence.changed:  # senders that finished: END, BYE, silent
+            endings.changed = silence.changed = False
+            queue.set_ends(endings.ends, len(endings.left) + silence.counted)
 
     def deliveries(self) -> deque[tuple[SenderKey, Message]]:
         """New messages, oldest first, as ``(stream key, Message)``: the driver's queue

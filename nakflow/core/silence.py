@@ -17,6 +17,12 @@ consumer stalled), has not emptied it, or woke late (the process stopped), every
 stream's silence starts again (``deaf``): what it did not read is not the senders'
 silence. A stream taken as gone whose sender is heard again is back: it was paused, not
 killed.
+
+What counts as finished (``counted``, for ``--senders N`` and ``Receiver.messages``): the
+silent streams only once no other stream is live. Made-up DATA frames (an open channel
+without a shared key) are streams that never speak again; counted at once, a flood of
+them ended a receiver's wait while the real sender was still sending (the memory test's
+flood, CI).
 """
 
 from __future__ import annotations
@@ -40,7 +46,14 @@ class SenderSilence:
         #: per stream: the tracker's frame count at the last look, when it last moved
         self._heard: dict[SenderKey, tuple[int, float]] = {}
         self.silent: dict[SenderKey, float] = {}  # streams taken as gone: how long silent
+        self.live = 0  # at the last look: streams with DATA, not settled, not silent
         self.gone_total = self.back_total = 0
+        self.changed = False  # ``counted`` changed since the core last told its queue
+
+    @property
+    def counted(self) -> int:
+        """Silent streams that count as finished: all of them once no stream is live."""
+        return 0 if self.live else len(self.silent)
 
     def on_sign(self, key: SenderKey, now: float) -> None:
         """A HELLO or an announcement of ``key``'s sender: it is there."""
@@ -58,6 +71,8 @@ class SenderSilence:
         if self.silent.pop(key, None) is None:
             return False
         self.back_total += 1
+        self.live += 1
+        self.changed = True
         return True
 
     def look(self, streams: Mapping[SenderKey, Any], settled: Container[SenderKey],
@@ -70,22 +85,33 @@ class SenderSilence:
         if self.gone_s is None or now < self.next_look:
             return gone, back
         self.next_look = now + LOOK_S
-        heard, limit = self._heard, self.gone_s
+        heard, limit, silent = self._heard, self.gone_s, self.silent
+        counted = self.counted
         for key in [k for k in heard if k not in streams]:  # forgotten (max_streams)
             del heard[key]
-            self.silent.pop(key, None)
+            silent.pop(key, None)
+        live = 0
         for key, st in streams.items():
-            if not st.frames or st.final_seq is not None:
+            if not st.frames or st.final_seq is not None or key in settled:
+                silent.pop(key, None)  # its BYE came after all: counted as left there
                 continue
             seen = heard.get(key)
             if seen is None or seen[0] != st.frames:
                 heard[key] = (st.frames, now if seen is None or seen[0] != -1 else seen[1])
                 if self.heard_again(key):
                     back.append(key)
+                live += 1
+                continue
+            if key in silent:
                 continue
             silent_s = now - seen[1]
-            if silent_s >= limit and key not in self.silent and key not in settled:
-                self.silent[key] = silent_s
+            if silent_s >= limit:
+                silent[key] = silent_s
                 self.gone_total += 1
                 gone.append(key)
+            else:
+                live += 1
+        self.live = live
+        if self.counted != counted:
+            self.changed = True
         return gone, back
