@@ -75,6 +75,13 @@ class Pair:
     def revive_sender(self) -> None:
         self.link.senders.append(self.tx)
 
+    def ends_whole(self) -> None:
+        """END, then 2 s: no one was taken as gone, and the stream is complete here."""
+        self.tx.close(self.now)
+        self.run(2.0)
+        assert self.left() == [] and self.rx.silence.gone_total == 0
+        assert self.stream()["status"] == "complete" and self.delivered == self.tx.sent
+
     def stream(self) -> dict[str, object]:
         (row,) = [r for r in self.rx.tracker.per_sender() if r["sender"] == "tx"]
         return row
@@ -125,10 +132,7 @@ def test_a_live_sender_is_never_gone_however_long_it_idles():
     p.run(0.5, send_per_ms=5)
     p.run(5 * GONE_S)
     p.run(0.5, send_per_ms=5)
-    p.tx.close(p.now)
-    p.run(2.0)
-    assert p.left() == [] and p.rx.silence.gone_total == 0
-    assert p.stream()["status"] == "complete" and p.delivered == p.tx.sent
+    p.ends_whole()
 
 
 def test_a_receiver_that_is_not_listening_judges_no_one():
@@ -140,15 +144,12 @@ def test_a_receiver_that_is_not_listening_judges_no_one():
     p.run(0.5, send_per_ms=2)
     p.run(3 * GONE_S, send_per_ms=2, stopped=True)
     p.run(2.0, send_per_ms=2)
-    assert p.left() == []
+    p.ends_whole()
     p = Pair(overflow="block", capacity=500)
     p.run(0.5, send_per_ms=5)
     p.run(3 * GONE_S, send_per_ms=5, consume=False)
     p.run(3.0, send_per_ms=5)
-    p.tx.close(p.now)
-    p.run(2.0)
-    assert p.left() == [] and p.rx.silence.gone_total == 0
-    assert p.stream()["status"] == "complete" and p.delivered == p.tx.sent
+    p.ends_whole()
 
 
 def test_a_sender_taken_as_gone_and_heard_again_is_back_and_counted_once():
