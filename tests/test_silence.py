@@ -11,6 +11,7 @@ timeout).
 
 from __future__ import annotations
 
+import logging
 import random
 import signal
 import subprocess
@@ -123,6 +124,25 @@ def test_a_silent_stream_counts_as_finished_only_once_no_other_stream_is_live():
     p.tx.close(p.now)
     p.run(2.0)
     assert p.queue.finished() == 2 and p.rx.snapshot(p.now)["senders_silent"] == 1
+
+
+def test_a_flood_of_silent_strangers_is_counted_not_logged_line_by_line(caplog):
+    """Each made-up DATA frame is a stream that falls silent. A warning each filled the
+    stderr pipe of the memory test's receiver (74,035 bytes, 257 lines) and its I/O
+    thread blocked on the write for 5 s: the sender took it for gone. The first
+    SILENCE_WARNINGS are named, then one line says the rest are counted."""
+    from nakflow.core.receiver_core import SILENCE_WARNINGS
+    from nakflow.wire.codec import Data, encode
+
+    p = Pair()
+    p.run(0.2, send_per_ms=1)
+    for i in range(100):
+        p.link.inject(0, encode(Data("s", f"mallory-{i}", 7, 0, 0.0, (b"junk",))))
+    with caplog.at_level(logging.WARNING):
+        p.run(GONE_S + 2 * LOOK_S + 0.2, send_per_ms=1)
+    said = [r.getMessage() for r in caplog.records if "silent" in r.getMessage()]
+    assert len(p.left()) == 100 and p.rx.snapshot(p.now)["senders_silent"] == 100
+    assert len(said) == SILENCE_WARNINGS + 1 and "no longer logged" in said[-1]
 
 
 def test_a_live_sender_is_never_gone_however_long_it_idles():
