@@ -45,7 +45,7 @@ class SenderSilence:
         self.next_look = now + LOOK_S if gone_s is not None else math.inf
         #: per stream: the tracker's frame count at the last look, when it last moved
         self._heard: dict[SenderKey, tuple[int, float]] = {}
-        self.silent: dict[SenderKey, float] = {}  # streams taken as gone: how long silent
+        self.silent: set[SenderKey] = set()  # streams taken as gone
         self.live = 0  # at the last look: streams with DATA, not settled, not silent
         self.gone_total = self.back_total = 0
         self.changed = False  # ``counted`` changed since the core last told its queue
@@ -68,10 +68,10 @@ class SenderSilence:
 
     def heard_again(self, key: SenderKey) -> bool:
         """``key``'s sender spoke (DATA, END): True if it had been taken as gone."""
-        if self.silent.pop(key, None) is None:
+        if key not in self.silent:
             return False
+        self.silent.discard(key)
         self.back_total += 1
-        self.live += 1
         self.changed = True
         return True
 
@@ -89,11 +89,11 @@ class SenderSilence:
         counted = self.counted
         for key in [k for k in heard if k not in streams]:  # forgotten (max_streams)
             del heard[key]
-            silent.pop(key, None)
+            silent.discard(key)
         live = 0
         for key, st in streams.items():
             if not st.frames or st.final_seq is not None or key in settled:
-                silent.pop(key, None)  # its BYE came after all: counted as left there
+                silent.discard(key)  # its BYE came after all: counted as left there
                 continue
             seen = heard.get(key)
             if seen is None or seen[0] != st.frames:
@@ -104,9 +104,8 @@ class SenderSilence:
                 continue
             if key in silent:
                 continue
-            silent_s = now - seen[1]
-            if silent_s >= limit:
-                silent[key] = silent_s
+            if now - seen[1] >= limit:
+                silent.add(key)
                 self.gone_total += 1
                 gone.append(key)
             else:
