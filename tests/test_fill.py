@@ -7,6 +7,8 @@ import pytest
 from nakflow import ConfigError, NakConfig
 from nakflow.policy.registry import FillMonitor
 
+A, B = ("a", 1), ("b", 1)  # streams: (sender, epoch)
+
 
 def test_silent_without_overload():
     m = FillMonitor(100)
@@ -187,21 +189,21 @@ def test_queueing_delay_counts_as_fill_and_clock_offsets_cancel():
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
     t = 0.0
     for _ in range(4):  # sender a's clock is 3 s behind ours, b's 2 s ahead; no queue
-        m.on_delay("a", 3.0 + 0.001)
-        m.on_delay("b", -2.0 + 0.001)
+        m.on_delay(A, 3.0 + 0.001)
+        m.on_delay(B, -2.0 + 0.001)
         t += 0.06
         assert m.observe(now=t) == 0.0
-    m.on_delay("a", 3.0 + 0.001 + 0.12)  # a's path now queues 120 ms ...
-    m.on_delay("a", 3.0 + 0.001 + 0.30)  # ... (the lowest of the window counts)
-    m.on_delay("b", -2.0 + 0.001)
+    m.on_delay(A, 3.0 + 0.001 + 0.12)  # a's path now queues 120 ms ...
+    m.on_delay(A, 3.0 + 0.001 + 0.30)  # ... (the lowest of the window counts)
+    m.on_delay(B, -2.0 + 0.001)
     # 120 ms lies between 100 ms (0.75) and 200 ms (0.87): the fill in between, so a
     # queue that shrinks shows a falling fill
     assert m.observe(now=t + 0.06) == pytest.approx(0.774) and m.queueing_s == pytest.approx(
         0.12)
     assert m.observe(now=t + 0.08) == pytest.approx(0.774)  # held within the window
-    m.on_delay("a", 3.0 + 0.001 + 0.45)
+    m.on_delay(A, 3.0 + 0.001 + 0.45)
     assert m.observe(now=t + 0.12) == 1.0
-    m.forget("a")  # a's END: its silence from now on means nothing
+    m.forget(A)  # a's END: its silence from now on means nothing
     assert m.observe(now=t + 0.18) == 0.0
 
 
@@ -213,11 +215,11 @@ def test_a_streams_first_frames_set_the_delay_base():
     from nakflow.policy.fill import DelayMonitor
 
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
-    m.on_delay("a", 0.002)
-    m.on_delay("a", 0.060)
+    m.on_delay(A, 0.002)
+    m.on_delay(A, 0.060)
     assert m.observe(now=0.05) == 0.0  # one window is no stream yet
-    m.on_delay("a", 0.150)  # the link's queue grows
-    m.on_delay("a", 0.210)
+    m.on_delay(A, 0.150)  # the link's queue grows
+    m.on_delay(A, 0.210)
     assert m.observe(now=0.10) == pytest.approx(0.8076)  # 148 ms: 0.75 .. 0.87
     assert m.queueing_s == pytest.approx(0.148)
 
@@ -229,18 +231,18 @@ def test_a_congested_sender_falling_silent_counts_as_more_congestion_for_a_while
 
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
     for i in range(3):
-        m.on_delay("a", 0.010)  # the base
+        m.on_delay(A, 0.010)  # the base
         m.observe(now=i * 0.06)
-    m.on_delay("a", 0.010 + 0.06)  # 60 ms queueing: past the first level
+    m.on_delay(A, 0.010 + 0.06)  # 60 ms queueing: past the first level
     assert m.observe(now=0.24) == pytest.approx(0.55)
     assert m.observe(now=0.30) == pytest.approx(0.774)  # silent: 60 ms + 60 ms of silence
     assert m.observe(now=0.60) == 1.0  # 60 ms + 360 ms
     assert m.silent_windows == 2
     assert m.observe(now=0.24 + DELAY_SILENCE_S + 0.1) == 0.0  # gone quiet for good
     quiet = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
-    quiet.on_delay("b", 0.010)
+    quiet.on_delay(B, 0.010)
     quiet.observe(now=0.0)
-    quiet.on_delay("b", 0.011)
+    quiet.on_delay(B, 0.011)
     assert quiet.observe(now=0.06) == 0.0
     assert quiet.observe(now=1.0) == 0.0  # a sender that pauses on an empty path: nothing
 
@@ -253,10 +255,10 @@ def test_a_sender_that_ended_leaves_no_silence_behind():
 
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
     for i in range(3):
-        m.on_delay("a", 0.010)
+        m.on_delay(A, 0.010)
         m.observe(now=i * 0.06)
-    m.on_delay("a", 0.010 + 0.06)  # 60 ms queueing: past the first level ...
-    m.forget("a")  # ... then its END
+    m.on_delay(A, 0.010 + 0.06)  # 60 ms queueing: past the first level ...
+    m.forget(A)  # ... then its END
     assert m.observe(now=0.24) == 0.0
     assert m.observe(now=0.60) == 0.0 and m.silent_windows == 0
 
@@ -294,12 +296,12 @@ def test_a_standing_delay_older_than_the_base_period_becomes_the_new_base():
     from nakflow.policy.fill import DELAY_BASE_S, DelayMonitor
 
     m = DelayMonitor(NakConfig().delay_fill, window_s=0.05)
-    m.on_delay("a", 0.001)
+    m.on_delay(A, 0.001)
     m.observe(now=0.0)
     t = 0.0
     while t < DELAY_BASE_S + 20:  # a route change: 80 ms more, for good
         t += 0.05
-        m.on_delay("a", 0.081)
+        m.on_delay(A, 0.081)
         m.observe(now=t)
     assert m.queueing_s == pytest.approx(0.0)
 

@@ -42,6 +42,7 @@ class GapList:
         self.gaps: list[Gap] = []
         self._starts: list[int] = []
         self.given_up = [0, 0, 0, 0]  # msgs per kind no longer asked for (bound or max requests)
+        self.overflowed = 0  # msgs given up past MAX_GAPS, not yet taken (``take_overflowed``)
         self.progress = False  # the stream's sender was heard since the requester last looked
         self.heard_at = math.nan  # when the requester last found it heard (nan: not yet)
 
@@ -65,6 +66,7 @@ class GapList:
             g = gaps.pop(0)
             del starts[0]
             self.given_up[g.kind] += g.hi - g.lo
+            self.overflowed += g.hi - g.lo
 
     def take(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
         """Remove ``[lo, hi)`` from the missing ranges; return the parts that were
@@ -98,6 +100,11 @@ class GapList:
         self.gaps.insert(i + 1, upper)
         self._starts.insert(i + 1, at)
         return upper
+
+    def take_overflowed(self) -> int:
+        """Messages given up past MAX_GAPS since the last call."""
+        n, self.overflowed = self.overflowed, 0
+        return n
 
     def give_up(self, gap: Gap) -> None:
         i = self.gaps.index(gap)

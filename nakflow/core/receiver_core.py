@@ -51,6 +51,7 @@ from ..wire.codec import (
 )
 from ..wire.endpoint import Endpoint
 from .endings import StreamEndings
+from .gaps import MAX_GAPS
 from .repair import RepairRequester
 from .seqtrack import SequenceTracker
 from .silence import SenderSilence
@@ -95,6 +96,13 @@ class QueueLike(Protocol):
 
 #: Senders fallen silent (or heard again) that a receiver names in a warning each.
 SILENCE_WARNINGS = 10
+#: Why a receiver gave a repair up, for its log (``RepairRequester.take_given_up``).
+GIVEN_UP = {
+    "unanswered": "its sender did not answer max_requests requests and fell silent",
+    "max_gaps": f"more than {MAX_GAPS} separate ranges of the stream were missing at once "
+                "(its queue dropped every few messages: the senders ran far above what the "
+                "consumer takes), and the oldest went",
+}
 
 
 class ReceiverCore(Endpoint):
@@ -219,19 +227,20 @@ class ReceiverCore(Endpoint):
         if held > 0:
             self._backlog = True
         late = max(self._late, held)  # of the delay, the process's own, not the path's
-        sig.delay.on_delay(sender, delay, late)
-        sig.arrival.on_frame(sender, seq + count, ts, now)
+        key = (sender, epoch)  # per stream: a task and its speculative copy run at once
+        sig.delay.on_delay(key, delay, late)
+        sig.arrival.on_frame(key, seq + count, ts, now)
         ranges = self.tracker.on_data(sender, epoch, seq, count)
-        self.flow.on_sender((sender, epoch), seq + count, now=now)
+        self.flow.on_sender(key, seq + count, now=now)
         progress = self.progress
         if startup:  # the sender is starting: it asks how far its stream got here
-            report = progress.on_data((sender, epoch), seq + count, delay, self._room(now),
+            report = progress.on_data(key, seq + count, delay, self._room(now),
                                       now, late, report_us)
             if report is not None:
                 self.flow_frames += 1
                 self._send(report, now)
         elif progress.reporting:  # its start is over
-            progress.forget((sender, epoch))
+            progress.forget(key)
         self._deliver(sender, epoch, seq, ts, payloads, ranges)
 
     def _deliver(self, sender: str, epoch: int, seq: int, ts: float, payloads: Any,
@@ -297,7 +306,7 @@ class ReceiverCore(Endpoint):
         self.tracker.on_end(frame.sender, frame.epoch, frame.final_seq)
         self.flow.on_sender_gone(key)
         self.progress.forget(key)
-        self.signals.forget(frame.sender)
+        self.signals.forget(key)
         if self.endings.on_end(key, frame.final_seq, tracked=tracked):
             self._event(StreamEnded(frame.sender, frame.epoch, frame.final_seq))
 
@@ -323,7 +332,7 @@ class ReceiverCore(Endpoint):
         others. True if it left without END."""
         self.flow.on_sender_gone(key)
         self.progress.forget(key)
-        self.signals.forget(key[0])
+        self.signals.forget(key)
         if why == "silent":  # counted as finished by the silence's own rule (``counted``)
             left = key not in self.endings
         else:
@@ -507,6 +516,11 @@ class ReceiverCore(Endpoint):
         if self.requester is not None:
             for frame in self.requester.poll(seen / self.capacity_msgs, now=now):
                 self._send(frame, now)
+            for key, n, why in self.requester.take_given_up():
+                self._warn(f"given up {why}", f"gave up repairing {n} messages of sender "
+                           f"{key[0]} epoch {key[1]}: {GIVEN_UP[why]} (the stream ends "
+                           "incomplete; later give-ups are counted in the snapshot's "
+                           f"repair.given_up{'_max_gaps' if why == 'max_gaps' else ''})")
         if self.endings.receipts_due:
             self._receipts(now)
         if self.timeline.due(now):

@@ -72,7 +72,11 @@ class RepairRequester:
         self.requests_sent = 0
         self.msgs_requested = 0
         self.suppressed = 0
-        self.given_up = 0
+        self.given_up = 0  # msgs given up after max_requests unanswered
+        self.given_up_max_gaps = 0  # msgs given up past MAX_GAPS ranges in one stream
+        #: (stream, msgs, why) given up since the last ``take_given_up``: ``unanswered``
+        #: or ``max_gaps``, for the receiver's log
+        self._given_up_news: list[tuple[tuple[str, int], int, str]] = []
         self.keepalives = 0  # one-message requests sent while the queue had no room
         self._kept_alive_at = -math.inf
         self.holds_sent = 0  # REPAIR frames asking the sender to hold own drops
@@ -110,8 +114,14 @@ class RepairRequester:
             gaps = tracker.with_gaps.get(key)
             if gaps is None:
                 continue
+            if overflowed := gaps.take_overflowed():
+                self.given_up_max_gaps += overflowed
+                self._given_up_news.append((key, overflowed, "max_gaps"))
+            before = self.given_up
             holds, hold_due = self._holds(key, gaps, fill, now)
             ranges, due = self._due_ranges(key, gaps, fill, now)
+            if self.given_up > before:
+                self._given_up_news.append((key, self.given_up - before, "unanswered"))
             due = min(due, hold_due)
             if not gaps:
                 del tracker.with_gaps[key]
@@ -268,9 +278,17 @@ class RepairRequester:
             return 0.0  # new gaps: look at once (any time in the past)
         return self._heap[0][0] if self._heap else None
 
+    def take_given_up(self) -> list[tuple[tuple[str, int], int, str]]:
+        """(stream, messages, why) given up since the last call; ``why``: ``unanswered``
+        (``max_requests`` while its sender was silent) or ``max_gaps`` (more than MAX_GAPS
+        separate missing ranges in one stream: the oldest went)."""
+        news, self._given_up_news = self._given_up_news, []
+        return news
+
     def snapshot(self) -> dict[str, Any]:
         return {"requests_sent": self.requests_sent, "msgs_requested": self.msgs_requested,
                 "requests_suppressed": self.suppressed, "given_up": self.given_up,
+                "given_up_max_gaps": self.given_up_max_gaps,
                 "keepalives": self.keepalives, "holds_sent": self.holds_sent,
                 "msgs_held": self.msgs_held,
                 "streams_missing": len(self.tracker.with_gaps)}

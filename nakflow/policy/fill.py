@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from ..config import NakConfig
 from ..errors import ConfigError
+from ..wire import SenderKey
 
 #: Shape of the truncated-exponential hold-off: a handful of receivers speak first,
 #: most draw late and hear them (good for N up to about e**10).
@@ -296,11 +297,13 @@ class DelayMonitor:
 
     def __init__(self, delay_fill: Sequence[tuple[float, float]], window_s: float) -> None:
         self.delay_fill, self.window_s = tuple(delay_fill), window_s
-        #: sender -> [lowest delay in this window, lowest with the reader's lateness off]
-        self._win: dict[str, list[float]] = {}
-        self._last: dict[str, list[float]] = {}  # ... in the last window
-        self._base: dict[str, list[list[float]]] = {}  # sender -> [[bucket start, min]]
-        self._congested: dict[str, tuple[float, float]] = {}  # sender -> (queueing, at)
+        #: stream -> [lowest delay in this window, lowest with the reader's lateness off];
+        #: a stream is (sender, epoch): two incarnations of one id (a Spark task and its
+        #: speculative copy) may run at once, on hosts whose clocks differ
+        self._win: dict[SenderKey, list[float]] = {}
+        self._last: dict[SenderKey, list[float]] = {}  # ... in the last window
+        self._base: dict[SenderKey, list[list[float]]] = {}  # stream -> [[bucket start, min]]
+        self._congested: dict[SenderKey, tuple[float, float]] = {}  # stream -> (queueing, at)
         self._t: float | None = None
         self.fill = 0.0
         self.queueing_s = 0.0
@@ -308,7 +311,7 @@ class DelayMonitor:
         self.silent_windows = 0  # ... of those, on a congested sender's silence
         self.silent = False  # the last window's fill came from a silence
 
-    def on_delay(self, sender: str, delay_s: float, late_s: float = 0.0) -> None:
+    def on_delay(self, sender: SenderKey, delay_s: float, late_s: float = 0.0) -> None:
         """A frame of ``sender`` took ``delay_s`` (its stamp to now), of which up to
         ``late_s`` the reading process was late (not the path's): the path's queueing is
         judged on ``delay_s - late_s``, the base on ``delay_s`` alone (a frame that waited
@@ -326,8 +329,8 @@ class DelayMonitor:
         if delay_s - late_s < row[1]:
             row[1] = delay_s - late_s
 
-    def forget(self, sender: str) -> None:
-        """The sender ended or left: its silence means nothing (and this window's frames
+    def forget(self, sender: SenderKey) -> None:
+        """The stream ended or its sender left: its silence means nothing (and this window's frames
         of it must not make it congested again: a receiver back from a stop read a
         stream's END at the end of its backlog, and the silence that followed held its
         fill at 100 % for DELAY_SILENCE_S, with its queue empty)."""
@@ -372,7 +375,8 @@ class DelayMonitor:
             self.silent_windows += self.silent
         return self.fill
 
-    def _queueing(self, sender: str, lowest: float, lowest_path: float, now: float) -> float:
+    def _queueing(self, sender: SenderKey, lowest: float, lowest_path: float,
+                  now: float) -> float:
         """The path's queueing of ``sender`` this window (``lowest_path`` over the base);
         ``lowest`` goes into the base."""
         buckets = self._base.pop(sender, None) or []

@@ -14,6 +14,8 @@ Sans-I/O: every call takes ``now``.
 
 from __future__ import annotations
 
+from ..wire import SenderKey
+
 #: The consumer counts as away after this long without taking anything while work waits, s.
 ABSENT_S = 0.02
 #: A consumer whose takes are this many of its usual gaps apart (``DrainMeter.gap_s``)
@@ -30,8 +32,9 @@ class ArrivalMeter:
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
-        # sender -> [span start seq, span start ts, rate, last heard (local)]
-        self._of: dict[str, list[float]] = {}
+        # stream (sender, epoch: a task and its speculative copy are two senders) ->
+        # [span start seq, span start ts, rate, last heard (local)]
+        self._of: dict[SenderKey, list[float]] = {}
         self._repairs = 0
         self._repair_span: tuple[float, int] = (0.0, 0)
         self.repair_rate = 0.0
@@ -50,8 +53,9 @@ class ArrivalMeter:
             self.repair_rate = 0.75 * self.repair_rate + 0.25 * measured
             self._repair_span = (now, self._repairs)
 
-    def on_frame(self, sender: str, next_seq: int, ts: float, now: float) -> None:
-        """A DATA frame of ``sender`` ending at ``next_seq``, stamped ``ts`` (its clock)."""
+    def on_frame(self, sender: SenderKey, next_seq: int, ts: float, now: float) -> None:
+        """A DATA frame of stream ``sender`` ending at ``next_seq``, stamped ``ts`` (its
+        clock)."""
         row = self._of.get(sender)
         if row is None:
             if len(self._of) >= MAX_SENDERS:
@@ -81,7 +85,7 @@ class ArrivalMeter:
         """Senders heard within ARRIVAL_FRESH_S."""
         return sum(1 for row in self._of.values() if now - row[3] <= ARRIVAL_FRESH_S)
 
-    def forget(self, sender: str) -> None:
+    def forget(self, sender: SenderKey) -> None:
         self._of.pop(sender, None)
 
 

@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..config import NakConfig
+from ..wire import SenderKey
 from ..wire.codec import SIGNAL_CODES
 from .fill import DelayMonitor, LossMonitor
 from .rates import ArrivalMeter, DrainMeter
@@ -90,8 +91,8 @@ class FillSignals:
         self._held_at = -math.inf  # the last hold-up: a late process, an away consumer
         self.holdups = HoldUps()
 
-    def forget(self, sender: str) -> None:
-        """The sender ended or left."""
+    def forget(self, sender: SenderKey) -> None:
+        """The stream ended or its sender left."""
         self.delay.forget(sender)
         self.arrival.forget(sender)
 
