@@ -56,15 +56,24 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     another key. A ``service`` (one that runs until it is stopped) is judged on what it
     did get: streams still going when it stopped, and hearing nobody, are no problem
     there."""
-    streams = snap.get("senders") or []
-    total = sum(s["final_seq"] if s["final_seq"] is not None else s["next_seq"]
-                for s in streams)
+    every = snap.get("senders") or []
+    retried = superseded(every)
+    streams = [s for i, s in enumerate(every) if i not in retried]
+    reach: dict[str, int] = {}  # with drop_duplicates a seq is one message in any epoch
+    total = 0
+    for s in streams:
+        n = s["final_seq"] if s["final_seq"] is not None else s["next_seq"]
+        if snap.get("drop_duplicates"):
+            reach[s["sender"]] = max(reach.get(s["sender"], 0), n)
+        else:
+            total += n
+    total += sum(reach.values())
     by_reason = {r: sum(s["missing_by_reason"].get(r, 0) for s in streams)
                  for r in MISSING_REASONS}
     missing = sum(by_reason.values())
     queued = snap.get("queued", 0)
     delivered = max(0, total - missing - queued)
-    ended = sum(1 for s in streams if s["final_seq"] is not None)
+    ended = len({s["sender"] for s in streams if s["final_seq"] is not None})
     line = (f"delivered {_n(delivered)} of {_n(total)} from {len(streams)} "
             f"sender{'s' if len(streams) != 1 else ''}, {_n(missing)} missing")
     rows = snap.get("rows")
@@ -75,6 +84,9 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     reasons = ", ".join(f"{r} {_n(v)}" for r, v in by_reason.items() if v)
     if reasons:
         line += f" ({reasons})"
+    if retried:
+        line += (f"; {len(retried)} earlier attempt{'s' if len(retried) != 1 else ''} "
+                 "left for a retry that delivered all of it")
     problems = _failures(snap)  # first: a failure is what the rest follows from
     if missing:
         problems.append(f"{_n(missing)} messages missing ({reasons})")
@@ -102,6 +114,20 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
             f"{other!r} were: the senders' --stream differs from this receiver's")
     mismatches = _mismatches(snap)
     return Verdict(line, problems + mismatches, mismatches)
+
+
+def superseded(streams: list[dict[str, Any]]) -> set[int]:
+    """The streams (indexes in ``streams``, a snapshot's ``senders``) that a newer epoch of
+    the same sender id covers: complete, with every seq the older one reached (a retried
+    Spark task, a restarted ``nakflow send --id``: both send their messages again from
+    seq 0). What the older attempt lacks, or that it sent no END, is no loss then."""
+    whole: dict[str, list[tuple[int, int]]] = {}
+    for s in streams:
+        if s["status"] == "complete":
+            whole.setdefault(s["sender"], []).append((s["epoch"], s["final_seq"]))
+    return {i for i, s in enumerate(streams) if s["status"] != "complete"
+            and any(epoch > s["epoch"] and final >= s["next_seq"]
+                    for epoch, final in whole.get(s["sender"], ()))}
 
 
 def _failures(snap: dict[str, Any]) -> list[str]:

@@ -127,3 +127,166 @@ def test_a_repair_given_up_past_max_gaps_is_counted_and_logged(caplog):
     (line,) = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
     assert "gave up repairing 40 messages of sender tx epoch 1" in line
     assert f"more than {MAX_GAPS} separate ranges" in line
+
+
+class Ids:
+    """Senders by name over SimLink to one receiver whose consumer keeps up; each sender
+    offers 20 messages a ms from ``start`` until it has sent ``count``, then closes, or
+    aborts (no END) at ``abort_at``."""
+
+    def __init__(self) -> None:
+        self.rx = ReceiverCore(ReceiverConfig(mode="nak", stream="s", receiver_id="rx",
+                                              capacity_msgs=10_000), now=0.0,
+                               rng=random.Random(1))
+        self.link = SimLink([], [self.rx], rng=random.Random(2))
+        self.queue = self.link.queues[0]
+        self.plan: list[tuple[SenderCore, float, int, float | None]] = []
+        self.sent: dict[SenderCore, int] = {}
+        self.finished: list[tuple[float, int]] = []  # (t, queue.finished()) when it moved
+        self.ended_at: dict[tuple[str, int], float] = {}  # when the receiver had its END
+
+    def sender(self, sender_id: str, epoch: int, *, start: float = 0.0, count: int = 2_000,
+               abort_at: float | None = None) -> SenderCore:
+        tx = SenderCore(SenderConfig(mode="nak", stream="s", sender_id=sender_id,
+                                     epoch=epoch, frame_msgs=16), now=start)
+        self.plan.append((tx, start, count, abort_at))
+        return tx
+
+    def run(self, until: float) -> None:
+        while self.link.now < until:
+            t = self.link.now
+            for tx, start, count, abort_at in self.plan:
+                if t < start or tx.closed or tx.life.state != "open":
+                    continue
+                if tx not in self.link.senders:
+                    self.link.senders.append(tx)
+                if abort_at is not None and t >= abort_at:
+                    tx.abort(t)
+                    continue
+                sent = self.sent.get(tx, 0)
+                while sent < count and not tx.offer(b"m", t):
+                    sent += 1
+                    if sent % 20 == 0:
+                        break
+                self.sent[tx] = sent
+                tx.flush(t)
+                if sent == count:
+                    tx.close(t)
+            self.queue.take(10_000, 0)
+            self.link.step()
+            while self.rx.next_event() is not None:
+                pass
+            n = self.queue.finished()
+            if not self.finished or self.finished[-1][1] != n:
+                self.finished.append((t, n))
+            for key, st in self.rx.tracker.streams.items():
+                if st.final_seq is not None:
+                    self.ended_at.setdefault(key, t)
+
+    def when(self, n: int) -> float:
+        """When ``n`` senders first counted as finished."""
+        return next(t for t, k in self.finished if k >= n)
+
+
+def test_an_aborted_attempt_is_not_a_finished_sender_while_its_retry_may_come():
+    """``--senders 2``: task p1's first attempt fails (no END), p0 ends, and p1's retry
+    (a newer epoch) starts 0.5 s after the failure. The failed attempt counted as a
+    finished sender: with p0's END the receiver's wait was over before the retry began
+    (``nakflow receive`` exited and the retry found no receiver)."""
+    ids = Ids()
+    ids.sender("p0", 1, count=2_000)
+    ids.sender("p1", 1, count=50_000, abort_at=0.3)
+    retry = ids.sender("p1", 2, start=0.8, count=2_000)
+    ids.run(6.0)
+    assert retry.closed
+    ended = ids.when(2)
+    streams = {(s["sender"], s["epoch"]): s["status"] for s in ids.rx.tracker.per_sender()}
+    assert streams == {("p0", 1): "complete", ("p1", 1): "incomplete",
+                       ("p1", 2): "complete"}
+    # the wait ends with the retry's END, and counts p1 once
+    assert ended >= ids.ended_at[("p1", 2)]
+    assert ids.finished[-1][1] == 2
+
+
+def test_both_attempts_of_a_speculative_task_count_as_one_sender():
+    """A task and its speculative copy both send END: one task, so ``--senders 2`` still
+    waits for the other task."""
+    ids = Ids()
+    ids.sender("p0", 1, count=2_000)
+    ids.sender("p0", 2, start=0.05, count=2_000)
+    other = ids.sender("p1", 1, start=1.0, count=2_000)
+    ids.run(4.0)
+    assert other.closed
+    assert ids.when(1) < 1.0  # p0 ended (twice) before p1 began
+    assert ids.when(2) >= ids.ended_at[("p1", 1)]
+    assert ids.finished[-1][1] == 2
+
+
+def test_a_sender_that_left_without_end_and_has_no_retry_counts_after_the_wait():
+    """A ``nakflow send`` stopped by a signal: its stream counts as finished once nothing
+    else is live and no retry came for RETRY_WAIT_S; then it stays counted while another
+    sender comes and goes."""
+    from nakflow.core.silence import LOOK_S, RETRY_WAIT_S
+
+    ids = Ids()
+    ids.sender("solo", 1, count=50_000, abort_at=0.3)
+    ids.run(0.3 + RETRY_WAIT_S + 3 * LOOK_S)
+    counted = ids.when(1)
+    assert 0.3 + RETRY_WAIT_S <= counted <= 0.3 + RETRY_WAIT_S + 2 * LOOK_S + 0.1
+    later = ids.sender("later", 1, start=ids.link.now, count=2_000)
+    ids.run(ids.link.now + 3.0)
+    assert later.closed
+    assert [k for _t, k in ids.finished if _t > counted] == [2]  # never back to 0
+
+
+def test_a_receiver_waiting_for_two_tasks_waits_for_a_retried_one_and_says_so():
+    """``nakflow receive --senders 2 --drop-duplicates``: task p1's first attempt is
+    stopped by SIGTERM once the receiver has its messages (no END), task p0 sends all of
+    its, and p1's retry (a new ``nakflow send --id p1``: a newer epoch) starts after p0
+    ended. Before, the stopped attempt counted as the second finished sender: the
+    receiver exited 1 at p0's END and the retry found no receiver. Now it waits for the
+    retry and exits 0, the stopped attempt named as covered by it."""
+    import signal
+    import subprocess
+    import sys
+
+    from nakflow.testing import free_port
+    from tests.test_silence import _delivered
+
+    data, fb, metrics = (free_port() for _ in range(3))
+    eps = ["--data", f"tcp://127.0.0.1:{data}", "--feedback", f"tcp://127.0.0.1:{fb}"]
+    cmd = [sys.executable, "-m", "nakflow"]
+    rx = subprocess.Popen([*cmd, "receive", *eps, "--senders", "2", "--drop-duplicates",
+                           "--metrics-port", str(metrics)], stderr=subprocess.PIPE, text=True)
+
+    def send(task: str, count: int) -> subprocess.Popen[str]:
+        return subprocess.Popen([*cmd, "send", *eps, "--id", task, "--count", str(count),
+                                 "--max-rate", "2000"], stderr=subprocess.PIPE, text=True)
+
+    procs: list[subprocess.Popen[str]] = [rx]
+    try:
+        assert rx.stderr is not None and "ready" in rx.stderr.readline()
+        first = send("p1", 1_000_000)
+        procs.append(first)
+        url, end = f"http://127.0.0.1:{metrics}/metrics", time.monotonic() + 60
+        while _delivered(url) < 500:
+            assert first.poll() is None and time.monotonic() < end, "nothing delivered"
+            time.sleep(0.05)
+        first.send_signal(signal.SIGTERM)  # no END: the attempt failed
+        assert first.wait(30) == 143
+        other = send("p0", 2_000)
+        procs.append(other)
+        assert other.wait(60) == 0  # its END is in: before, the receiver was done here
+        retry = send("p1", 3_000)
+        procs.append(retry)
+        retry_err = retry.communicate(timeout=60)[1]
+        err = rx.communicate(timeout=60)[1]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert retry.returncode == 0, retry_err
+    assert rx.returncode == 0, err
+    assert ("delivered 5,000 of 5,000 from 2 senders, 0 missing; 1 earlier attempt left "
+            "for a retry that delivered all of it") in err

@@ -214,9 +214,11 @@ def _receive_parser(sub: Any) -> None:
     r.add_argument("--stall-for", type=_non_negative, default=0.0, metavar="S",
                    help="... for this long (0: never stalls)")
     r.add_argument("--senders", type=_positive_int, default=None, metavar="N",
-                   help="exit once N senders finished (END, or left without it: BYE, or "
-                        "silent for --sender-gone) and their streams are complete or "
-                        "given up (default: run until --duration or SIGTERM)")
+                   help="exit once N sender ids finished (END from one of their epochs, "
+                        "or left without it, BYE or silent for --sender-gone, with no "
+                        "stream live since and, after a BYE, no retry within 3 s) and their "
+                        "streams are complete or given up (default: run until --duration "
+                        "or SIGTERM)")
     r.add_argument("--duration", type=_positive, default=None, metavar="S",
                    help="stop after this long (default: until --senders finished, or "
                         "SIGTERM)")

@@ -5,7 +5,7 @@ here. ``ReceiverCore`` owns one and sends the receipts it hands out.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from ..wire import SenderKey
@@ -14,13 +14,15 @@ from .roster import remember
 
 
 class StreamEndings:
-    """``ends``: final seq per ended stream, ``left``: streams whose sender left without
-    END (aborted); both bounded by ``max_streams``, like the sequence tracker."""
+    """``ends``: final seq per ended stream (``ended_ids``: how many of them each sender id
+    has), ``left``: streams whose sender left without END (aborted), and when; all bounded
+    by ``max_streams``, like the sequence tracker."""
 
     def __init__(self, stream: str, receiver_id: str, max_streams: int) -> None:
         self.stream, self.receiver_id, self.max_streams = stream, receiver_id, max_streams
         self.ends: dict[SenderKey, int] = {}
-        self.left: dict[SenderKey, None] = {}
+        self.ended_ids: dict[str, int] = {}
+        self.left: dict[SenderKey, float] = {}
         self._hellos: dict[SenderKey, None] = {}  # senders heard saying HELLO
         #: streams whose END came and whose RECEIPT is due once they are settled here
         self._due: dict[SenderKey, None] = {}
@@ -42,19 +44,33 @@ class StreamEndings:
         if key in self.ends:
             return False
         self.ends[key] = final_seq
+        ids = self.ended_ids
+        ids[key[0]] = ids.get(key[0], 0) + 1
         if len(self.ends) > self.max_streams:
-            del self.ends[next(iter(self.ends))]
+            oldest = next(iter(self.ends))
+            del self.ends[oldest]
+            if ids[oldest[0]] == 1:
+                del ids[oldest[0]]
+            else:
+                ids[oldest[0]] -= 1
         self.changed = True
         return True
 
-    def on_bye(self, key: SenderKey, *, tracked: bool) -> bool:
-        """The sender of ``key`` left: True if it left without END (``events.SenderLeft``):
-        its stream stays incomplete. After END this changes nothing."""
+    def on_bye(self, key: SenderKey, now: float, *, tracked: bool) -> bool:
+        """The sender of ``key`` left at ``now``: True if it left without END
+        (``events.SenderLeft``): its stream stays incomplete. After END this changes
+        nothing."""
         if key in self.ends or key in self.left or not (key in self._hellos or tracked):
             return False
-        remember(self.left, key, self.max_streams)
+        self.left[key] = now
+        if len(self.left) > self.max_streams:
+            del self.left[next(iter(self.left))]
         self.changed = True
         return True
+
+    def heard(self) -> Iterable[SenderKey]:
+        """Streams heard saying HELLO (a sender before its first DATA too)."""
+        return self._hellos
 
     def __contains__(self, key: object) -> bool:
         """``key`` ended, or its sender left: its stream is settled here."""

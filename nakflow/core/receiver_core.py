@@ -91,7 +91,7 @@ class QueueLike(Protocol):
 
     def released(self) -> tuple[dict[SenderKey, int], int]: ...
 
-    def set_ends(self, ends: dict[SenderKey, int], left: int = 0) -> None: ...
+    def set_ends(self, ends: dict[SenderKey, int], finished: int = 0) -> None: ...
 
 
 #: Senders fallen silent (or heard again) that a receiver names in a warning each.
@@ -209,7 +209,7 @@ class ReceiverCore(Endpoint):
         elif type(frame) is End:
             self._on_end(frame)
         elif type(frame) is Bye and frame.role == "sender":
-            self._on_sender_bye(frame)
+            self._on_sender_bye(frame, now)
         else:
             self.foreign += 1  # feedback-type frames do not belong on the data channel
 
@@ -322,10 +322,10 @@ class ReceiverCore(Endpoint):
                        "history reaches (counted as beyond_history; a longer history, "
                        "RepairConfig.history_*, or a faster consumer would have caught up)")
 
-    def _on_sender_bye(self, frame: Bye) -> None:
-        self._sender_left((frame.node, frame.epoch), "bye")
+    def _on_sender_bye(self, frame: Bye, now: float) -> None:
+        self._sender_left((frame.node, frame.epoch), "bye", now)
 
-    def _sender_left(self, key: SenderKey, why: str) -> bool:
+    def _sender_left(self, key: SenderKey, why: str, now: float) -> bool:
         """The sender of ``key`` left (``why``: ``bye``, or ``silent``: nothing heard for
         ``sender_gone_s``). After END this changes nothing; without END (an aborted or a
         killed sender) its stream stays incomplete and its credit window is freed for the
@@ -336,7 +336,7 @@ class ReceiverCore(Endpoint):
         if why == "silent":  # counted as finished by the silence's own rule (``counted``)
             left = key not in self.endings
         else:
-            left = self.endings.on_bye(key, tracked=key in self.tracker.streams)
+            left = self.endings.on_bye(key, now, tracked=key in self.tracker.streams)
         if left:
             self._event(SenderLeft(key[0], key[1], why))
         return left
@@ -352,7 +352,7 @@ class ReceiverCore(Endpoint):
             silence.deaf(now)
         gone, back = silence.look(self.tracker.streams, self.endings, now)
         for key in gone:
-            if self._sender_left(key, "silent"):
+            if self._sender_left(key, "silent", now):
                 self._say_silence(key, "fell silent without END: nothing heard for "
                                   f"{silence.gone_s:g} s (killed, or cut off), so its stream "
                                   "ends here incomplete (ReceiverConfig.sender_gone_s, "
@@ -406,7 +406,8 @@ class ReceiverCore(Endpoint):
         endings, silence = self.endings, self.silence
         if endings.changed or silence.changed:  # senders that finished: END, BYE, silent
             endings.changed = silence.changed = False
-            queue.set_ends(endings.ends, len(endings.left) + silence.counted)
+            queue.set_ends(endings.ends, silence.finished(endings.ended_ids,
+                                                          len(endings.ended_ids)))
 
     def deliveries(self) -> deque[tuple[SenderKey, Message]]:
         """New messages, oldest first, as ``(stream key, Message)``: the driver's queue
@@ -602,6 +603,7 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
     return {
         "receiver_id": core.receiver_id, "stream": core.stream, "mode": core.mode,
         "capacity_msgs": core.capacity_msgs, "overflow": core.config.overflow,
+        "drop_duplicates": core.config.drop_duplicates,
         "elapsed_s": round(now - core._t0, 6),
         "frames": core.frames_in, "dropped": core.dropped,
         **{k: totals[k] for k in ("received", "lost", "repaired", "beyond_history",

@@ -60,7 +60,7 @@ class DeliveryQueue:
         self._released: dict[SenderKey, int] = {}
         self._since_wake = 0
         self._ends: dict[SenderKey, int] = {}
-        self.left = 0  # senders that left without END
+        self._finished = 0  # sender ids finished: END, or left without (core.silence)
         self.closed = False  # the I/O thread has finished: nothing more will come
         self.delivered = 0
         self.queue_peak = 0
@@ -242,17 +242,19 @@ class DeliveryQueue:
             released, self._released = self._released, {}
             return released, len(self._queue)
 
-    def set_ends(self, ends: dict[SenderKey, int], left: int = 0) -> None:
-        """END seen from ``ends``; ``left`` senders left without one."""
+    def set_ends(self, ends: dict[SenderKey, int], finished: int = 0) -> None:
+        """END seen from ``ends``; ``finished`` sender ids finished (END, or left without
+        one: ``core.silence``)."""
         with self.lock:
             self._ends = dict(ends)
-            self.left = left
+            self._finished = finished
             self._notify_all()
 
     def finished(self) -> int:
-        """Senders that ended (END) or left without END."""
+        """Sender ids finished: an epoch ended (END), or the newest left without END
+        (``core.silence``)."""
         with self.lock:
-            return len(self._ends) + self.left
+            return self._finished
 
     def finish(self) -> None:
         """The I/O thread is done: waiters return."""

@@ -142,7 +142,10 @@ class Receiver:
         return self._queue.ends()
 
     def finished(self) -> int:
-        """Senders heard that ended (END) or left without END."""
+        """Sender ids heard that finished: one of their epochs ended (END), or the newest
+        left without END and no stream has been live since (a silent one at once, one
+        that said BYE after ``core.silence.RETRY_WAIT_S``, 3 s, unless a newer epoch of
+        its id, a retry, came)."""
         return self._queue.finished()
 
     def awaiting_repair(self) -> int:
