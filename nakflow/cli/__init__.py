@@ -214,11 +214,12 @@ def _receive_parser(sub: Any) -> None:
     r.add_argument("--stall-for", type=_non_negative, default=0.0, metavar="S",
                    help="... for this long (0: never stalls)")
     r.add_argument("--senders", type=_positive_int, default=None, metavar="N",
-                   help="exit once N sender ids finished (END from one of their epochs, "
-                        "or left without it, BYE or silent for --sender-gone, with no "
-                        "stream live since and, after a BYE, no retry within 3 s) and their "
-                        "streams are complete or given up (default: run until --duration "
-                        "or SIGTERM)")
+                   help="exit once N sender ids finished (one of their epochs ended "
+                        "complete, or the newest is over without that: BYE, silent for "
+                        "--sender-gone, or an END short of messages for good; then with no "
+                        "stream live since and, but for silence, no retry of the id within "
+                        "3 s) and their streams are complete or given up (default: run "
+                        "until --duration or SIGTERM)")
     r.add_argument("--duration", type=_positive, default=None, metavar="S",
                    help="stop after this long (default: until --senders finished, or "
                         "SIGTERM)")

@@ -14,14 +14,17 @@ from .roster import remember
 
 
 class StreamEndings:
-    """``ends``: final seq per ended stream (``ended_ids``: how many of them each sender id
-    has), ``left``: streams whose sender left without END (aborted), and when; all bounded
-    by ``max_streams``, like the sequence tracker."""
+    """``ends``: final seq per ended stream; ``settled``: ended streams settled here (their
+    RECEIPT made: nothing still asked for), whether complete and when, and
+    ``complete_ids``: how many complete ones each sender id has; ``left``: streams whose
+    sender left without END (aborted), and when; all bounded by ``max_streams``, like the
+    sequence tracker."""
 
     def __init__(self, stream: str, receiver_id: str, max_streams: int) -> None:
         self.stream, self.receiver_id, self.max_streams = stream, receiver_id, max_streams
         self.ends: dict[SenderKey, int] = {}
-        self.ended_ids: dict[str, int] = {}
+        self.settled: dict[SenderKey, tuple[bool, float]] = {}
+        self.complete_ids: dict[str, int] = {}
         self.left: dict[SenderKey, float] = {}
         self._hellos: dict[SenderKey, None] = {}  # senders heard saying HELLO
         #: streams whose END came and whose RECEIPT is due once they are settled here
@@ -44,15 +47,8 @@ class StreamEndings:
         if key in self.ends:
             return False
         self.ends[key] = final_seq
-        ids = self.ended_ids
-        ids[key[0]] = ids.get(key[0], 0) + 1
         if len(self.ends) > self.max_streams:
-            oldest = next(iter(self.ends))
-            del self.ends[oldest]
-            if ids[oldest[0]] == 1:
-                del ids[oldest[0]]
-            else:
-                ids[oldest[0]] -= 1
+            del self.ends[next(iter(self.ends))]
         self.changed = True
         return True
 
@@ -81,7 +77,8 @@ class StreamEndings:
         return bool(self._due)
 
     def receipts(self, streams: dict[SenderKey, Any], asking: Collection[SenderKey],
-                 entering: Collection[SenderKey], wall_now: float) -> list[Receipt]:
+                 entering: Collection[SenderKey], now: float,
+                 wall_now: float) -> list[Receipt]:
         """A RECEIPT for each ended stream that is settled here: nothing of it still asked
         for (not in ``asking``: streams with gaps), nothing of it still waiting to enter
         the queue (``entering``). It says what the stream lacks here for good (all zeros:
@@ -95,8 +92,26 @@ class StreamEndings:
             if key in asking or key in entering:
                 continue
             del due[key]
+            lacks = (st.lost, st.dropped, st.beyond_history, st.missed_before_join)
             out.append(Receipt(self.stream, self.receiver_id, key[0], key[1], st.final_seq,
-                               (st.lost, st.dropped, st.beyond_history,
-                                st.missed_before_join), wall_now))
+                               lacks, wall_now))
+            if key not in self.settled:
+                self._settle(key, not any(lacks), now)
         self.receipts_sent += len(out)
         return out
+
+    def _settle(self, key: SenderKey, complete: bool, now: float) -> None:
+        """``key`` ended and is settled here (``complete`` or for good without some of
+        it): what a wait for N senders counts (``core.silence``)."""
+        self.settled[key] = (complete, now)
+        ids = self.complete_ids
+        if complete:
+            ids[key[0]] = ids.get(key[0], 0) + 1
+        if len(self.settled) > self.max_streams:
+            oldest = next(iter(self.settled))
+            if self.settled.pop(oldest)[0]:
+                if ids[oldest[0]] == 1:
+                    del ids[oldest[0]]
+                else:
+                    ids[oldest[0]] -= 1
+        self.changed = True

@@ -144,7 +144,7 @@ class ReceiverCore(Endpoint):
                                  interval_s=cfg.timeline_interval_s)
         self.read_chunk = max(1, min(256, cap // 20))  # frames (and messages) per look
         self.endings = StreamEndings(cfg.stream, receiver_id, self.tracker.max_streams)
-        self.silence = SenderSilence(cfg.sender_gone_s, now)
+        self.silence = SenderSilence(cfg.sender_gone_s, now, retried=cfg.mode != "none")
         self._silence_said = 0  # silence warnings logged (_say_silence)
         self.node_desc, self._log = f"receiver {self.receiver_id}", log
         self._init_endpoint()
@@ -406,8 +406,7 @@ class ReceiverCore(Endpoint):
         endings, silence = self.endings, self.silence
         if endings.changed or silence.changed:  # senders that finished: END, BYE, silent
             endings.changed = silence.changed = False
-            queue.set_ends(endings.ends, silence.finished(endings.ended_ids,
-                                                          len(endings.ended_ids)))
+            queue.set_ends(endings.ends, silence.finished(endings.complete_ids))
 
     def deliveries(self) -> deque[tuple[SenderKey, Message]]:
         """New messages, oldest first, as ``(stream key, Message)``: the driver's queue
@@ -533,7 +532,7 @@ class ReceiverCore(Endpoint):
         tracker = self.tracker
         entering = {key for key, _msg in self._pending} if self._pending else ()
         for receipt in self.endings.receipts(tracker.streams, tracker.with_gaps, entering,
-                                             now + self.wall_offset):
+                                             now, now + self.wall_offset):
             self._send(receipt, now)
 
     def _room(self, now: float) -> tuple[int, float]:

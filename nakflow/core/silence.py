@@ -19,13 +19,17 @@ silence. A stream taken as gone whose sender is heard again is back: it was paus
 killed.
 
 What counts as finished, for ``--senders N`` and ``Receiver.messages`` (``finished``):
-sender ids, not streams. An id is finished once one of its epochs ended (END; a Spark
-task and its speculative copy may both send one), or once its newest epoch left without
-END and no stream is live: a silent one at once then, one that said BYE (an aborted
-attempt, a stopped ``nakflow send``) once nothing was live for RETRY_WAIT_S since it
-left, so that a failed Spark task's retry, a newer epoch of the same id, takes its
-place; once counted it stays counted until a newer epoch of it is heard. Counted as a
-stream at once, such an attempt ended a ``--senders 2`` receiver's
+sender ids, not streams. An id is finished once one of its epochs ended complete here
+(END, every message delivered or queued: a Spark task and its speculative copy may both
+get there), or once its newest epoch is over without that and no stream is live: one
+that fell silent at once then; one whose sender said BYE without END (an aborted
+attempt, a stopped ``nakflow send``), or that ended without some of its messages for
+good, once nothing was live for RETRY_WAIT_S since (in ``none`` an incomplete END at
+once: nothing retries it), so that a failed Spark task's retry, a newer epoch of the
+same id, takes its place. A task fails for both: an exception aborts it, and a close
+that finds a live receiver short of rows fails it (``IncompleteDelivery``) so that the
+retry brings them. Once counted an id stays counted until a newer epoch of it is heard.
+Counted as a stream at once, such an attempt ended a ``--senders 2`` receiver's
 wait with the other task's END, before the retry began. Made-up DATA frames (an open
 channel without a shared key) are streams that never speak again; counted at once, a
 flood of them ended a receiver's wait while the real sender was still sending (the
@@ -35,7 +39,7 @@ memory test's flood, CI).
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..wire import SenderKey
@@ -55,8 +59,9 @@ RETRY_WAIT_S = 3.0
 class SenderSilence:
     """Which streams' senders fell silent. ``gone_s`` None: never judged."""
 
-    def __init__(self, gone_s: float | None, now: float) -> None:
+    def __init__(self, gone_s: float | None, now: float, *, retried: bool = True) -> None:
         self.gone_s = gone_s
+        self.retried = retried  # an incomplete END may be retried (nak, ack; not none)
         self.next_look = now + LOOK_S
         #: per stream: the tracker's frame count at the last look, when it last moved
         self._heard: dict[SenderKey, tuple[int, float]] = {}
@@ -67,10 +72,10 @@ class SenderSilence:
         self.gone_total = self.back_total = 0
         self.changed = False  # ``left_ids`` changed since the core last told its queue
 
-    def finished(self, ended_ids: Container[str], ended: int) -> int:
-        """Sender ids finished: the ``ended`` ids with an END (``ended_ids``), and those
-        that left without one."""
-        return ended + sum(1 for sid in self.left_ids if sid not in ended_ids)
+    def finished(self, complete_ids: Collection[str]) -> int:
+        """Sender ids finished: those with a complete epoch, and those counted without
+        one (``left_ids``)."""
+        return len(complete_ids) + sum(1 for sid in self.left_ids if sid not in complete_ids)
 
     def on_sign(self, key: SenderKey, now: float) -> None:
         """A HELLO or an announcement of ``key``'s sender: it is there."""
@@ -136,23 +141,25 @@ class SenderSilence:
 
     def _count_left(self, streams: Mapping[SenderKey, Any], endings: StreamEndings,
                     now: float) -> None:
-        """The ids that count as finished without END (module docstring). Once counted an
-        id stays counted (a stream that starts later does not undo it) until a newer epoch
-        of it is heard, or its silent one speaks again (``heard_again``)."""
+        """The ids that count as finished without a complete epoch (module docstring). Once
+        counted an id stays counted (a stream that starts later does not undo it) until a
+        newer epoch of it is heard, or its silent one speaks again (``heard_again``)."""
+        over = {key: at for key, (complete, at) in endings.settled.items() if not complete}
+        over.update(endings.left)
         left_ids: set[str] = set()
-        if endings.left or self.silent:
+        if over or self.silent:
             newest: dict[str, int] = {}
-            for keys in (streams, endings.heard(), endings.left, self.silent):
+            for keys in (streams, endings.heard(), over, self.silent):
                 for sid, epoch in keys:
                     if newest.get(sid, -1) < epoch:
                         newest[sid] = epoch
             left_ids = {sid for sid in self.left_ids if sid in newest
-                        and ((sid, newest[sid]) in endings.left
-                             or (sid, newest[sid]) in self.silent)}
+                        and ((sid, newest[sid]) in over or (sid, newest[sid]) in self.silent)}
             if not self.live:
                 quiet_since = self.live_at
-                for (sid, epoch), at in endings.left.items():
-                    if newest[sid] == epoch and now - max(at, quiet_since) >= RETRY_WAIT_S:
+                for (sid, epoch), at in over.items():
+                    wait = RETRY_WAIT_S if self.retried or (sid, epoch) in endings.left else 0.0
+                    if newest[sid] == epoch and now - max(at, quiet_since) >= wait:
                         left_ids.add(sid)
                 left_ids.update(sid for sid, epoch in self.silent if newest[sid] == epoch)
         if left_ids != self.left_ids:

@@ -145,7 +145,7 @@ class AsyncReceiver:
 
     async def messages(self, senders: int = 1,
                        timeout: float | None = 30.0) -> AsyncIterator[Message]:
-        """As ``Receiver.messages``: ``senders`` streams until they are over here;
+        """As ``Receiver.messages``: ``senders`` senders (ids) until they are over here;
         TimeoutError after ``timeout`` s."""
         end = math.inf if timeout is None else time.monotonic() + timeout
         while True:
@@ -167,7 +167,8 @@ class AsyncReceiver:
         return self._queue.ends()
 
     async def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
-        """Wait until END arrived from ``n`` senders (messages may still be queued)."""
+        """Wait until END arrived from ``n`` streams, (sender, epoch) pairs (messages may
+        still be queued)."""
         self.start()
         end = math.inf if timeout is None else time.monotonic() + timeout
         while len(self.ends()) < n:

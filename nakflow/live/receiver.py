@@ -113,9 +113,9 @@ class Receiver:
             yield from batch
 
     def messages(self, senders: int = 1, timeout: float | None = 30.0) -> Iterator[Message]:
-        """The messages of ``senders`` streams until they are over here (``done``); raises
-        TimeoutError after ``timeout`` s (None: no limit; a sender that died without END
-        never finishes)."""
+        """The messages of ``senders`` senders (ids: ``finished``) until they are over here
+        (``done``); raises TimeoutError after ``timeout`` s (None: no limit; a sender that
+        died without END is finished only after ``sender_gone_s``)."""
         end = math.inf if timeout is None else time.monotonic() + timeout
         while True:
             batch = self.get_many(256, timeout=0.05)
@@ -142,10 +142,11 @@ class Receiver:
         return self._queue.ends()
 
     def finished(self) -> int:
-        """Sender ids heard that finished: one of their epochs ended (END), or the newest
-        left without END and no stream has been live since (a silent one at once, one
-        that said BYE after ``core.silence.RETRY_WAIT_S``, 3 s, unless a newer epoch of
-        its id, a retry, came)."""
+        """Sender ids heard that finished: one of their epochs ended complete here, or the
+        newest is over without that (BYE without END, silent, an END short of messages
+        for good) and no stream has been live since: a silent one at once, the others
+        after ``core.silence.RETRY_WAIT_S`` (3 s) unless a newer epoch of the id, a retry,
+        came (``core.silence``)."""
         return self._queue.finished()
 
     def awaiting_repair(self) -> int:
@@ -158,7 +159,8 @@ class Receiver:
                 and not len(self._queue) and not self.core.deliveries())
 
     def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
-        """Wait until END arrived from ``n`` distinct senders; False on timeout."""
+        """Wait until END arrived from ``n`` streams, (sender, epoch) pairs: a task and its
+        retry are two (``finished`` counts sender ids); False on timeout."""
         return self._queue.wait_for_ends(n, timeout)
 
     def wait_drained(self, timeout: float | None = None) -> bool:
