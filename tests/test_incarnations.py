@@ -100,13 +100,14 @@ def test_two_live_senders_with_one_id_both_complete_at_a_slow_receiver():
             th.start()
         got = 0
         deadline = time.monotonic() + 60  # bounded: the test fails rather than hangs
-        while not rx.done(2) and time.monotonic() < deadline:
+        # both streams ended and delivered (one id: ``done(1)`` counts the task once)
+        while not (len(rx.ends()) == 2 and rx.done(1)) and time.monotonic() < deadline:
             got += len(rx.get_many(20, timeout=0.01))
             time.sleep(0.01)  # the consumer's pace (2,000 msgs/s), not a wait for state
         for th in threads:
             th.join(30)
         snap = rx.snapshot()
-    assert errors == []
+    assert errors == [] and time.monotonic() < deadline
     assert got == 2 * n
     assert [(s["sender"], s["epoch"], s["status"]) for s in snap["senders"]] == [
         ("run/p0", 0, "complete"), ("run/p0", 1, "complete")]
