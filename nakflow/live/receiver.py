@@ -142,11 +142,7 @@ class Receiver:
         return self._queue.ends()
 
     def finished(self) -> int:
-        """Sender ids heard that finished: one of their epochs ended complete here, or the
-        newest is over without that (BYE without END, silent, an END short of messages
-        for good) and no stream has been live since: a silent one at once, the others
-        after ``core.silence.RETRY_WAIT_S`` (3 s) unless a newer epoch of the id, a retry,
-        came (``core.silence``)."""
+        """Sender ids heard that finished (a retried task counts once: ``core.silence``)."""
         return self._queue.finished()
 
     def awaiting_repair(self) -> int:
