@@ -333,7 +333,7 @@ class ReceiverCore(Endpoint):
         self.flow.on_sender_gone(key)
         self.progress.forget(key)
         self.signals.forget(key)
-        if why == "silent":  # counted as finished by the silence's own rule (``counted``)
+        if why == "silent":  # counted as finished by the silence's own rule (its look)
             left = key not in self.endings
         else:
             left = self.endings.on_bye(key, now, tracked=key in self.tracker.streams)
