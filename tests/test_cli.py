@@ -481,3 +481,25 @@ def test_a_receiver_counts_arrow_rows_without_importing_pyarrow(tmp_path) -> Non
                 if line.startswith("import time:")]
     assert "nakflow.arrow" in imported and not any(
         m.split(".")[0] == "pyarrow" for m in imported)
+
+
+def test_a_receiver_waiting_for_more_senders_than_came_says_so_and_stops_on_a_signal() -> None:
+    """``--senders 2`` and one sender comes (an empty DataFrame is one Spark task, not one
+    per partition asked for): the receiver says, after a quiet spell (1 s here, 10 s by
+    default), how many it still waits for and how many it heard; Ctrl-C then reports."""
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--senders", "2", "--test-quiet-s", "1")
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "10")
+    assert tx.returncode == 0, tx.stderr
+    assert rx.stderr is not None
+    line = rx.stderr.readline()  # blocks until the receiver says something
+    while "heard, 0 finished" in line:  # a word said before the sender came
+        line = rx.stderr.readline()
+    assert line.startswith("nakflow receive: still waiting for 1 more sender(s) "
+                           "(--senders 2, counted by id"), line
+    assert re.search(r"1 heard, 1 finished; nothing arrived for \d+ s \(Ctrl-C", line), line
+    rx.send_signal(signal.SIGINT)
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 130, err
+    assert json.loads(out)["delivered"] == 10
+    assert "END from 1 of the 2 senders expected" in err

@@ -257,6 +257,8 @@ def _receive_parser(sub: Any) -> None:
     r.add_argument("--deliveries", default=None, help=argparse.SUPPRESS)
     # test hook: drop this fraction of DATA before accounting, as loss in flight would
     r.add_argument("--test-drop-data", type=float, default=0.0, help=argparse.SUPPRESS)
+    # test hook: how long --senders N waits in silence before it says so (10 s)
+    r.add_argument("--test-quiet-s", type=float, default=None, help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_receive)
 
 

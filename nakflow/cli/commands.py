@@ -322,6 +322,45 @@ class _Consumer:
                       exc)
 
 
+class _Waiting:
+    """A one-shot ``--senders N`` receive's word while it waits and nothing comes: once
+    nothing arrived and no sender finished for ``quiet_s``, then every ``every_s``. A
+    receiver told to wait for more senders than will come (an empty DataFrame is one Spark
+    task, not one per partition asked for; a sender that never started) otherwise waits
+    in silence for ever."""
+
+    def __init__(self, senders: int, now: float, quiet_s: float | None = None) -> None:
+        self.want = senders
+        self.quiet_s = 10.0 if quiet_s is None else quiet_s
+        self.every_s = 3 * self.quiet_s
+        self.mark: tuple[int, int] | None = None  # (finished, rows) as last seen
+        self.since = self.next_look = now
+        self.said_at: float | None = None
+
+    def look(self, now: float, finished: int, rows: int, heard: Callable[[], int]
+             ) -> str | None:
+        """The line to say now, or None; ``heard()``: sender ids heard so far."""
+        if now < self.next_look:
+            return None
+        self.next_look = now + min(0.5, self.quiet_s / 4)
+        if (finished, rows) != self.mark:
+            self.mark, self.since, self.said_at = (finished, rows), now, None
+            return None
+        quiet = now - self.since
+        if quiet < self.quiet_s or (self.said_at is not None
+                                    and now - self.said_at < self.every_s):
+            return None
+        self.said_at = now
+        return (f"nakflow receive: still waiting for {self.want - finished} more sender(s) "
+                f"(--senders {self.want}, counted by id: one per Spark task): "
+                f"{heard()} heard, {finished} finished; nothing arrived for {quiet:.0f} s "
+                "(Ctrl-C stops it and reports what arrived)")
+
+
+def _ids_heard(rx: Any) -> int:
+    return len({s["sender"] for s in rx.snapshot()["senders"]})
+
+
 def cmd_receive(args: argparse.Namespace) -> int:
     from ..live.receiver import Receiver
     from ..live.sinks import SinkError, open_sink
@@ -367,12 +406,17 @@ def cmd_receive(args: argparse.Namespace) -> int:
         log.info("receiver %s: data %s feedback %s mode %s", rx.receiver_id,
                  rx.data_endpoints, rx.feedback_endpoints, args.mode)
         t0 = time.monotonic()
+        waiting = _Waiting(args.senders, t0, args.test_quiet_s) if args.senders else None
         while consumer.error is None:
             now = time.monotonic()
             if args.duration is not None and now - t0 >= args.duration:
                 break
             if args.senders and rx.done(args.senders):
                 break
+            if waiting is not None:
+                line = waiting.look(now, rx.finished(), consumer.rows, lambda: _ids_heard(rx))
+                if line:
+                    say(line)
             consumer.step(now - t0, now)
     except Interrupted as exc:
         interrupted = exc
