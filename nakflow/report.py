@@ -55,10 +55,15 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     heard, the receiver, its handler or its sink failing, peers in another mode or with
     another key. A ``service`` (one that runs until it is stopped) is judged on what it
     did get: streams still going when it stopped, and hearing nobody, are no problem
-    there."""
+    there. Left out of the count, and named: an attempt a complete retry covers
+    (``superseded``), a sender that left before it sent anything."""
     every = snap.get("senders") or []
     retried = superseded(every)
-    streams = [s for i, s in enumerate(every) if i not in retried]
+    # a sender that left (BYE) before it sent anything, its wait for receivers run out:
+    # nothing of it is missing, and the sender itself failed and said so
+    unstarted = {i for i, s in enumerate(every) if s.get("left") and s["final_seq"] is None
+                 and not s["next_seq"] and not s["received"]}
+    streams = [s for i, s in enumerate(every) if i not in retried and i not in unstarted]
     reach: dict[str, int] = {}  # with drop_duplicates a seq is one message in any epoch
     total = 0
     for s in streams:
@@ -87,6 +92,9 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     if retried:
         line += (f"; {len(retried)} earlier attempt{'s' if len(retried) != 1 else ''} "
                  "left for a retry that delivered all of it")
+    if unstarted:
+        line += (f"; {len(unstarted)} sender{'s' if len(unstarted) != 1 else ''} left "
+                 "before sending anything")
     problems = _failures(snap)  # first: a failure is what the rest follows from
     if missing:
         problems.append(f"{_n(missing)} messages missing ({reasons})")

@@ -331,13 +331,18 @@ def test_both_senders_wait_by_default_for_every_receiver_their_data_endpoints_na
         with Sender(data, feedback) as tx, pytest.raises(TimeoutError) as err:
             tx.wait_for_receivers(timeout=0.5)
         assert f"1 of 2 receivers answered in 0.5 s on {data[0]}, {data[1]}" in str(err.value)
+        # it probes where nothing answered: nothing listens on the second pair
+        unreachable = (f"; nothing accepts a connection on {data[1]} (data), {feedback[1]} "
+                       "(feedback)")
+        assert str(err.value).endswith(unreachable), err.value
 
         async def one_sender() -> None:
             async with AsyncSender(data, feedback) as atx:
                 await atx.wait_for_receivers(timeout=0.5)
 
-        with pytest.raises(TimeoutError, match="1 of 2 receivers answered"):
+        with pytest.raises(TimeoutError, match="1 of 2 receivers answered") as err:
             asyncio.run(one_sender())
+        assert str(err.value).endswith(unreachable), err.value
         second = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
         both = [*first.data_endpoints, *second.data_endpoints]
         both_fb = [*first.feedback_endpoints, *second.feedback_endpoints]

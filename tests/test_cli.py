@@ -215,8 +215,12 @@ def test_receive_with_nothing_heard_and_a_mode_mismatch_exit_1() -> None:
     rx = receiver(data, fb, "--mode", "ack", "--senders", "1")
     tx = nakflow("send", "--data", data, "--feedback", fb, "--mode", "none", "--count", "500")
     assert tx.returncode == 1 and "runs mode 'ack', this sender runs 'none'" in tx.stderr
+    # that sender left before it sent: the receiver waits on for one that sends
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--mode", "ack", "--count", "500")
+    assert tx.returncode == 0, tx.stderr
     _, err = rx.communicate(timeout=60)
     assert rx.returncode == 1 and "in another mode" in err
+    assert "delivered 500 of 500 from 1 sender, 0 missing" in err
 
 
 def test_a_sender_whose_only_ack_receiver_dies_gives_up_and_reports() -> None:
@@ -371,6 +375,7 @@ def test_a_sender_waits_for_every_receiver_its_data_list_names() -> None:
                      "100", "--wait-timeout", "1")
         assert tx.returncode == 2, tx.stderr
         assert f"1 of 2 receivers answered in 1 s on {d1}, {d2}" in tx.stderr
+        assert f"; nothing accepts a connection on {d2} (data), {f2} (feedback);" in tx.stderr
         assert "ready; sending" not in tx.stderr
         both = receiver(d2, f2, "--senders", "1")
         tx = nakflow("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}", "--count",
@@ -383,6 +388,33 @@ def test_a_sender_waits_for_every_receiver_its_data_list_names() -> None:
     finally:
         up.kill()
         up.communicate()
+
+
+def test_a_mistyped_feedback_endpoint_is_named_and_does_not_end_the_receivers_wait() -> None:
+    """The sender's --feedback mistyped: the receiver hears its HELLOs, the sender never
+    hears the answers. The sender exits 2 naming the endpoint where nothing listens; the
+    receiver (``--senders 1``) does not count it, waits for the corrected sender, and
+    exits 0 naming the one that left before sending. Before, the failed sender counted as
+    finished 3 s after its BYE, and the verdict said it sent no END (exit 1)."""
+    data, fb = endpoints()
+    _, wrong = endpoints()
+    rx = receiver(data, fb, "--senders", "1")
+    try:
+        tx = nakflow("send", "--data", data, "--feedback", wrong, "--count", "100",
+                     "--wait-timeout", "1")
+        assert tx.returncode == 2, tx.stderr
+        assert f"; nothing accepts a connection on {wrong} (feedback);" in tx.stderr
+        tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "100")
+        assert tx.returncode == 0, tx.stderr
+        out, err = rx.communicate(timeout=60)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.communicate()
+    assert rx.returncode == 0, err
+    assert ("delivered 100 of 100 from 1 sender, 0 missing; 1 sender left before sending "
+            "anything") in err
+    assert [s["left"] for s in json.loads(out)["senders"]].count(True) == 1
 
 
 def test_a_stream_name_that_differs_is_named_by_the_receiver() -> None:

@@ -240,6 +240,35 @@ def test_a_sender_that_left_without_end_and_has_no_retry_counts_after_the_wait()
     assert [k for _t, k in ids.finished if _t > counted] == [2]  # never back to 0
 
 
+def test_a_sender_that_left_before_sending_anything_is_not_a_finished_one():
+    """A ``nakflow send`` whose wait for receivers ran out (its feedback endpoint
+    mistyped: the receiver hears its HELLOs, it never hears the answers) says BYE. It
+    counted as a finished sender RETRY_WAIT_S later, so a ``--senders 1`` receiver was
+    gone when the corrected sender started. Now only a sender that sent counts; the
+    verdict leaves the other out and names it."""
+    from nakflow.core.silence import LOOK_S, RETRY_WAIT_S
+    from nakflow.report import receiver_verdict
+
+    ids = Ids()
+    typo = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="typo", epoch=1),
+                      now=0.0)
+    typo.want_receivers(1, 0.0)
+    ids.link.senders.append(typo)
+    ids.run(1.0)
+    assert ("typo", 1) in ids.rx.endings.heard()
+    typo.abort(ids.link.now)
+    ids.run(1.0 + RETRY_WAIT_S + 4 * LOOK_S)
+    assert ("typo", 1) in ids.rx.endings.left  # its BYE was heard
+    assert ids.finished[-1][1] == 0
+    fixed = ids.sender("fixed", 1, start=ids.link.now, count=2_000)
+    ids.run(ids.link.now + 2.0)
+    assert fixed.closed and ids.finished[-1][1] == 1
+    verdict = receiver_verdict(ids.rx.snapshot(ids.link.now), expect_senders=1)
+    assert verdict.problems == [], verdict.problems
+    assert verdict.line == ("delivered 2,000 of 2,000 from 1 sender, 0 missing; "
+                            "1 sender left before sending anything")
+
+
 def test_a_receiver_waiting_for_two_tasks_waits_for_a_retried_one_and_says_so():
     """``nakflow receive --senders 2 --drop-duplicates``: task p1's first attempt is
     stopped by SIGTERM once the receiver has its messages (no END), task p0 sends all of

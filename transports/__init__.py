@@ -19,6 +19,8 @@ from .channels import (
     path_kind,
     receivers_expected,
     scheme_of,
+    unreachable,
+    with_reach,
 )
 
 __all__ = [
@@ -40,4 +42,6 @@ __all__ = [
     "path_kind",
     "receivers_expected",
     "scheme_of",
+    "unreachable",
+    "with_reach",
 ]

@@ -12,6 +12,7 @@ multicast group and nobody needs a list of anybody.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -304,6 +305,59 @@ class DisconnectWatch:
         except zmq.ZMQError:
             pass  # the socket is already closed
         self.socket.close(0)
+
+
+def unreachable(endpoints: Sequence[str], kind: int, timeout_s: float = 0.5) -> list[str]:
+    """The ``tcp://`` and ``ipc://`` endpoints of ``endpoints`` on which nothing accepts a
+    connection within ``timeout_s``: a throwaway socket of type ``kind`` (the one the
+    sender connects with there) connects to each, and ZeroMQ's monitor says whether it
+    got through (EVENT_CONNECTED: something listens; a CURVE server refusing this socket
+    still counts as listening). Multicast and inproc are not probed. For an error path
+    (nobody answered): it takes up to ``timeout_s``, and the receivers see a peer come
+    and go."""
+    wanted = [e for e in endpoints if scheme_of(e) in ("tcp", "ipc")]
+    if not wanted:
+        return []
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    probes: dict[Any, tuple[str, Any]] = {}
+    up: set[str] = set()
+    try:
+        poller = zmq.Poller()
+        for endpoint in wanted:
+            sock = ctx.socket(kind)
+            sock.setsockopt(zmq.LINGER, 0)
+            monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED)
+            probes[monitor] = (endpoint, sock)
+            poller.register(monitor, zmq.POLLIN)
+            sock.connect(endpoint)
+        end = time.monotonic() + timeout_s
+        while len(up) < len(wanted) and (left := end - time.monotonic()) > 0:
+            for monitor, _ in poller.poll(max(1, int(left * 1000))):
+                monitor.recv_multipart()  # [event, address]: only EVENT_CONNECTED comes
+                up.add(probes[monitor][0])
+                poller.unregister(monitor)
+    finally:
+        for monitor, (_, sock) in probes.items():
+            sock.disable_monitor()
+            monitor.close(0)
+            sock.close(0)
+        ctx.term()
+    return [e for e in wanted if e not in up]
+
+
+def with_reach(err: Exception, data: Sequence[str], feedback: Sequence[str],
+               timeout_s: float = 0.5) -> Exception:
+    """A sender's wait for receivers ran out with ``err``: a plain TimeoutError (nobody
+    or too few answered) gains "; nothing accepts a connection on X (data), Y
+    (feedback)" for the endpoints where nothing listens (none named: the receivers
+    there are up but did not answer, e.g. another stream or shared key); any other
+    ``err`` (the cause is known) comes back as it is."""
+    if type(err) is not TimeoutError:
+        return err
+    dead = [f"{e} (data)" for e in unreachable(data, zmq.PUB, timeout_s)]
+    dead += [f"{e} (feedback)" for e in unreachable(feedback, zmq.SUB, timeout_s)]
+    return TimeoutError(f"{err}; nothing accepts a connection on {', '.join(dead)}"
+                        if dead else str(err))
 
 
 def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,

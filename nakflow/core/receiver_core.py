@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from collections.abc import Container
 from typing import Any, NamedTuple, Protocol
 
 from ..config import ReceiverConfig
@@ -622,7 +623,7 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         "feedback_frames": core.feedback_sent, "feedback_bytes": core.feedback_bytes,
         "flow_frames": core.flow_frames, "progress_sent": core.progress.sent,
         "receipts_sent": core.endings.receipts_sent,
-        "senders": core.tracker.per_sender(),
+        "senders": _with_left(core.tracker.per_sender(), core.endings.left),
         # streams whose sender fell silent without END (core.silence), and the limit
         "senders_silent": len(core.silence.silent), "sender_gone_s": core.silence.gone_s,
         "io_behind_polls": core.io_behind_polls,
@@ -635,6 +636,14 @@ def receiver_snapshot(core: ReceiverCore, now: float) -> dict[str, Any]:
         **core.episodes.snapshot(now=now),
         "timeline": core.timeline.as_dict(t0=core._t0),
     }
+
+
+def _with_left(rows: list[dict[str, Any]], left: Container[SenderKey]
+               ) -> list[dict[str, Any]]:
+    """Each stream's row says whether its sender left by BYE without END (``left``)."""
+    for row in rows:
+        row["left"] = (row["sender"], row["epoch"]) in left
+    return rows
 
 
 from .._speedups import use_compiled  # noqa: E402

@@ -33,7 +33,10 @@ Counted as a stream at once, such an attempt ended a ``--senders 2`` receiver's
 wait with the other task's END, before the retry began. Made-up DATA frames (an open
 channel without a shared key) are streams that never speak again; counted at once, a
 flood of them ended a receiver's wait while the real sender was still sending (the
-memory test's flood, CI).
+memory test's flood, CI). A sender that left by BYE before it sent anything is not
+over at all (``began``): a ``nakflow send`` that gave up waiting for receivers (one of
+its endpoints mistyped) ended a ``--senders 1`` receiver's wait 3 s later, before the
+corrected one was started.
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ class SenderSilence:
         counted an id stays counted (a stream that starts later does not undo it) until a
         newer epoch of it is heard, or its silent one speaks again (``heard_again``)."""
         over = {key: at for key, (complete, at) in endings.settled.items() if not complete}
-        over.update(endings.left)
+        over.update((key, at) for key, at in endings.left.items() if began(streams.get(key)))
         left_ids: set[str] = set()
         if over or self.silent:
             newest: dict[str, int] = {}
@@ -165,3 +168,11 @@ class SenderSilence:
         if left_ids != self.left_ids:
             self.left_ids = left_ids
             self.changed = True
+
+
+def began(st: Any) -> bool:
+    """The tracker's stream ``st`` (None: not tracked) got a message, or its sender said
+    it had sent some. One that left by BYE before that (a ``nakflow send`` whose wait for
+    receivers ran out: a mistyped endpoint) is not over: a finished sender is one that
+    sent, and the one started after it with the right endpoints is still to come."""
+    return st is not None and (st.frames > 0 or st.next_seq > 0)

@@ -24,6 +24,7 @@ from transports import (
     parse_endpoints,
     path_kind,
     receivers_expected,
+    with_reach,
 )
 
 from ..config import SenderConfig, with_overrides
@@ -49,6 +50,7 @@ class AsyncSender:
         t0 = time.monotonic()
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
+        self._fb_uris = fb_uris  # probed when nobody answers (with_reach)
         multicast, local = path_kind(data_uris)
         self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, multicast=multicast,
                                local=local, path=data_uris, rate_memory=RATE_MEMORY)
@@ -116,7 +118,8 @@ class AsyncSender:
                 if (error := core.wait_error(time.monotonic())) is not None:
                     raise error
                 if time.monotonic() >= end:
-                    raise core.wait_timed_out(time.monotonic(), ready, n, timeout)
+                    err = core.wait_timed_out(time.monotonic(), ready, n, timeout)
+                    raise await asyncio.to_thread(with_reach, err, core.path, self._fb_uris)
                 await self._progressed(end - time.monotonic())
         finally:
             core.want_receivers(0, time.monotonic())

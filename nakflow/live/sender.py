@@ -31,6 +31,7 @@ from transports import (
     parse_endpoints,
     path_kind,
     receivers_expected,
+    with_reach,
 )
 
 from ..config import SenderConfig, with_overrides
@@ -81,6 +82,7 @@ class Sender:
         cfg = cfg.named(f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
+        self._fb_uris = fb_uris  # probed when nobody answers (with_reach)
         multicast, local = path_kind(data_uris)
         self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, multicast=multicast,
                                local=local, path=data_uris, rate_memory=RATE_MEMORY)
@@ -198,7 +200,8 @@ class Sender:
                     if (error := core.wait_error(now)) is not None:
                         raise error
                     if now >= end:
-                        raise core.wait_timed_out(now, ready, n, timeout)
+                        raise with_reach(core.wait_timed_out(now, ready, n, timeout),
+                                         core.path, self._fb_uris)
                     self._service(now, max(0.0, min(end, self._timer_at(end)) - now))
                     now = time.monotonic()
             finally:
