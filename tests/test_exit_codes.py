@@ -111,14 +111,15 @@ def test_a_stray_answer_in_another_mode_does_not_stop_a_sender_whose_receivers_a
     def core() -> SenderCore:
         tx = SenderCore(SenderConfig(mode="nak", sender_id="s", epoch=1), now=0.0)
         tx.want_receivers(1, 0.0)
+        tx.handle_timer(0.0)  # its first HELLO: answers echo its stamp
         tx.receive_feedback(encode(Hello("default", "stray", "receiver", "ack", 0, 0, "s",
-                                         0.0)), 0.01)
+                                         tx.framer.hello_stamps[-1])), 0.01)
         return tx
 
     tx = core()
     assert tx.receivers_ready() == 1 or tx.wait_error(0.02) is None  # not at once
-    tx.receive_feedback(encode(Hello("default", "mine", "receiver", "nak", 0, 0, "s", 0.0)),
-                        0.05)
+    tx.receive_feedback(encode(Hello("default", "mine", "receiver", "nak", 0, 0, "s",
+                                     tx.framer.hello_stamps[-1])), 0.05)
     assert "mine" in tx.roster.answered and tx.snapshot(0.1)["mode_mismatch"] == 1
     tx = core()
     assert tx.wait_error(0.01 + MISMATCH_GRACE_S / 2) is None

@@ -113,6 +113,30 @@ def test_two_live_senders_with_one_id_both_complete_at_a_slow_receiver():
         ("run/p0", 0, "complete"), ("run/p0", 1, "complete")]
 
 
+def test_an_answer_to_another_incarnations_hello_is_not_this_ones():
+    """A Spark task and its speculative copy (one id, two epochs, on two hosts: two
+    clocks) both wait for receivers. A receiver's answer echoes the id and the stamp of
+    the HELLO it answers; each takes only the answers to its own stamps. Before, the id
+    alone matched: the copy counted the receiver as answering it before it had heard the
+    copy, and measured its RTT against the other host's stamp (here 5 s apart: an RTT
+    of 5 s, or none at all)."""
+    first = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="run/p0", epoch=0),
+                       now=0.0, wall_offset=1_000.0)
+    copy = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="run/p0", epoch=1),
+                      now=0.0, wall_offset=1_005.0)
+    rx = ReceiverCore(ReceiverConfig(mode="nak", stream="s", receiver_id="rx"), now=0.0)
+    for tx in (first, copy):
+        tx.want_receivers(1, 0.0)
+    first.handle_timer(0.0)
+    rx.receive_data(first.frames_to_send()[0], 0.01)
+    (answer,) = rx.frames_to_send()
+    for tx in (first, copy):
+        tx.receive_feedback(answer, 0.02)
+    assert first.receivers_ready() == 1 and first.roster.rtt_s == pytest.approx(0.02)
+    assert copy.receivers_ready() == 0 and copy.roster.rtt_s is None
+    assert "rx" not in copy.roster.answered
+
+
 def test_a_repair_given_up_past_max_gaps_is_counted_and_logged(caplog):
     """A stream keeps at most MAX_GAPS separate missing ranges (bounded memory); past it
     the oldest is given up. That was counted nowhere the user could see."""

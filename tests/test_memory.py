@@ -99,27 +99,51 @@ class Pacer:
                                     "", time.time())))
 
     def wait_previous(self, timeout_s: float = 60.0) -> None:
-        want = f"marker-{self.marker - 1}"
-        if self.marker < 2:
+        """Wait for the answer to the marker before the last (or to a later one)."""
+        want = self.marker - 1
+        if want < 1:
             return
         t0 = time.monotonic()
         while True:
             assert self.answers.poll(1000), "the receiver stopped answering"
             frame = decode(self.answers.recv())
-            if isinstance(frame, Hello) and frame.echo == want:
+            if (isinstance(frame, Hello) and frame.echo.startswith("marker-")
+                    and int(frame.echo[len("marker-"):]) >= want):
                 break
             assert time.monotonic() - t0 < timeout_s, f"no answer to {want} in {timeout_s} s"
         self.waited_s += time.monotonic() - t0
+
+    def hear_answers(self, timeout_s: float = 30.0) -> None:
+        """Send markers until the receiver's answer to one comes back: from then on this
+        SUB hears every answer (ZeroMQ connects both sockets in the background)."""
+        end = time.monotonic() + timeout_s
+        while True:
+            self.send_marker()
+            while self.answers.poll(50):
+                frame = decode(self.answers.recv())
+                if isinstance(frame, Hello) and frame.echo.startswith("marker-"):
+                    return
+            assert time.monotonic() < end, f"no answer to a marker in {timeout_s} s"
+
+    def stamp_of_answer_to(self, sender: str, timeout_s: float = 30.0) -> float:
+        """The stamp in the receiver's answer to ``sender``'s HELLO: its own stamp."""
+        end = time.monotonic() + timeout_s
+        while True:
+            assert self.answers.poll(1000), "the receiver stopped answering"
+            frame = decode(self.answers.recv())
+            if isinstance(frame, Hello) and frame.echo == sender:
+                return frame.ts
+            assert time.monotonic() < end, f"no answer to {sender} in {timeout_s} s"
 
     def close(self) -> None:
         self.answers.close(0)
 
 
-def junk_feedback(rng: random.Random) -> bytes:
+def junk_feedback(rng: random.Random, stamp: float) -> bytes:
     receiver = f"mallory-{rng.randrange(1 << 40):x}"
     k = rng.randrange(3)
-    if k == 0:  # echoes the real sender: it would count as an answering receiver
-        return encode(Hello("default", receiver, "receiver", "nak", 0, 0, "real", time.time()))
+    if k == 0:  # echoes the real sender's id and stamp: it counts as an answering receiver
+        return encode(Hello("default", receiver, "receiver", "nak", 0, 0, "real", stamp))
     if k == 1:
         return encode(Credit("default", receiver, "real", 0, rng.randrange(1 << 40), time.time()))
     return encode(Bye("default", f"gone-{rng.randrange(1 << 40):x}", "receiver", 0, time.time()))
@@ -154,18 +178,20 @@ def test_a_flood_of_made_up_ids_does_not_grow_memory_past_the_tables():
         jf = ctx.socket(zmq.PUB)
         jf.setsockopt(zmq.SNDHWM, 0)
         port = jf.bind_to_random_port("tcp://127.0.0.1")
+        pacer = Pacer(ctx, jd, rx.feedback[0])
+        pacer.hear_answers()  # then it hears the real sender's answer: the stamp to echo
         sender = start_sender(rx.data, [*rx.feedback, f"tcp://127.0.0.1:{port}"], mode="nak",
                               extra=["--count", str(REAL), "--max-rate", "10000",
                                      "--wait-receivers", "1", "--history-age", "1"])
         rx_pid, tx_pid = rx.procs[0].pid, sender.pid
         rss: list[tuple[int, int]] = []
-        pacer = Pacer(ctx, jd, rx.feedback[0])
         try:
+            stamp = pacer.stamp_of_answer_to("real")
             time.sleep(2.0)  # both are up, the real stream flows, the repair history is full
             for _ in range(phases):
                 for i in range(phase_frames):
                     jd.send(junk_data(rng))
-                    jf.send(junk_feedback(rng))
+                    jf.send(junk_feedback(rng, stamp))
                     if i % 20 == 0:
                         time.sleep(0.001)  # at most ~15k frames/s on each channel
                     if i % (FLOOD_LAG // 2) == 0:

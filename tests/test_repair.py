@@ -371,8 +371,8 @@ def receiver(name: str = "r", capacity_msgs: int = 100, wall_offset: float = 0.0
 
 def test_the_sender_measures_the_round_trip_from_hello_answers():
     """A receiver's HELLO answer carries the sender's stamp back: the RTT is measured on
-    the sender's clock alone; the group RTT is the largest; a forged echo from the far
-    past is left out."""
+    the sender's clock alone; the group RTT is the largest; a forged echo (a stamp this
+    sender never said) is no answer."""
     tx = SenderCore(SenderConfig(mode="nak", stream="s", sender_id="p", epoch=1),
                     now=0.0, wall_offset=100.0)
     tx.want_receivers(2, 1.0)
@@ -388,6 +388,7 @@ def test_the_sender_measures_the_round_trip_from_hello_answers():
     forged = encode(Hello("s", "r3", "receiver", "nak", 0, 0, "p", 0.0))
     tx.receive_feedback(forged, 2.0)
     assert tx.roster.rtt_s == pytest.approx(0.08) and tx.snapshot(2.0)["rtt_ms"] == 80.0
+    assert "r3" not in tx.roster.answered
 
 
 def test_data_frames_advertise_the_group_rtt_and_receivers_time_naks_by_it():

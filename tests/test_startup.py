@@ -106,7 +106,8 @@ def _first_window(size: int, capacities: tuple[int, ...], *, older: int = 0,
         link.step()
     for i in range(older):  # a receiver of revision 5 answers without its room
         tx.receive_feedback(encode(Hello("s", f"old{i}", "receiver", "nak", 0, 0, "tx",
-                                         link.now, receipts=True)), link.now)
+                                         tx.framer.hello_stamps[-1], receipts=True)), link.now)
+        assert f"old{i}" in tx.roster.answered
     tx.want_receivers(0, link.now)
     window, payload = 0, bytes(size)
     while tx.offer(payload, link.now) == 0.0:

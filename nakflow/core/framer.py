@@ -3,6 +3,7 @@ each sealed when a shared key is set. The sequence numbers and frame counts live
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 from ..wire.auth import FrameAuth
@@ -22,6 +23,11 @@ from ..wire.codec import (
 from .history import SendHistory, Slice
 
 
+#: HELLOs whose answers a sender still takes for its own: 6.4 s of them at the 0.1 s a
+#: waiting sender repeats them (answers come within milliseconds).
+HELLO_STAMPS = 64
+
+
 class Framer:
     """Builds one sender's frames; ``seq`` is the next sequence number."""
 
@@ -34,6 +40,10 @@ class Framer:
         self.seq = self.frames = self.bytes = 0
         self.grtt_us = 0  # the group RTT in µs, as DATA frames advertise it (0: unknown)
         self.said_hello = False
+        #: the stamps of the last HELLOs that ask for an answer: an answer echoes one, and
+        #: only such an answer is this incarnation's (another with the same sender id, a
+        #: Spark task's speculative copy, has stamps of its own, maybe another clock's)
+        self.hello_stamps: deque[float] = deque(maxlen=HELLO_STAMPS)
 
     def data(self, payloads: Sequence[bytes], first: float, now: float,
              startup: bool = False, report_us: int = 0) -> bytes:
@@ -70,8 +80,11 @@ class Framer:
     def hello(self, now: float, *, announce: bool = False) -> bytes:
         """HELLO (``announce``: only to say that every seq below ``seq`` was sent)."""
         self.said_hello = True
+        ts = now + self.wall_offset
+        if not announce:  # receivers do not answer an announcement
+            self.hello_stamps.append(ts)
         return self._frame(Hello(self.stream, self.sender_id, "sender", self.mode, self.epoch,
-                                 self.seq, "", now + self.wall_offset, announce), now)
+                                 self.seq, "", ts, announce), now)
 
     def end(self, now: float) -> bytes:
         """END: every seq below ``seq`` was sent."""

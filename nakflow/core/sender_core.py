@@ -408,7 +408,8 @@ class SenderCore(Endpoint):
             self._event(Confirmed(receiver, outcome.status, outcome.why))
 
     def _on_receiver_hello(self, frame: Hello, now: float) -> None:
-        me = frame.echo == self.sender_id
+        # an answer to this incarnation's HELLO: its id and one of its stamps (framer)
+        me = frame.echo == self.sender_id and frame.ts in self.framer.hello_stamps
         if self.roster.on_hello(frame.node, echoes_us=me,
                                 rtt_s=now + self.wall_offset - frame.ts,
                                 receipts=frame.receipts):
