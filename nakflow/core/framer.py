@@ -22,7 +22,6 @@ from ..wire.codec import (
 )
 from .history import SendHistory, Slice
 
-
 #: HELLOs whose answers a sender still takes for its own: 6.4 s of them at the 0.1 s a
 #: waiting sender repeats them (answers come within milliseconds).
 HELLO_STAMPS = 64
