@@ -76,6 +76,10 @@ BAD = [
       "--nak-probe-after", "0.05"), "--nak-probe-after must be 0 (no probe) or at least 0.1 s"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--nak-probe-after", "-1"), "must be >= 0"),
+    # said before it waits for receivers (nobody listens here): not after they answered
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--size", "20000000"), "--size 20,000,000: message of 20,000,000 bytes exceeds "
+     "max_frame_bytes: a frame holds at most 16,777,"),
 ]
 
 

@@ -511,6 +511,10 @@ def cmd_send(args: argparse.Namespace) -> int:
         say(f"nakflow send: metrics on {metrics.url}")
     ended = False
     try:
+        try:  # before the wait: a --size no frame can hold is a bad argument
+            tx.core.batch.check(payload)
+        except ValueError as exc:
+            raise ValueError(f"--size {args.size:,}: {exc}") from None
         if args.wait_receivers:
             _wait_for_receivers(tx, args)
         ready = tx.core.receivers_ready()

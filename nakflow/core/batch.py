@@ -87,7 +87,10 @@ class FrameBatcher:
         if type(payload) is not bytes:
             check_payload(payload)
         if len(payload) > self.max_payload:
-            raise ValueError(f"message of {len(payload)} bytes exceeds max_frame_bytes")
+            raise ValueError(
+                f"message of {len(payload):,} bytes exceeds max_frame_bytes: a frame holds at "
+                f"most {self.max_payload:,} bytes of one message (SenderConfig.max_frame_bytes; "
+                "every receiver's ReceiverConfig.max_frame_bytes must allow the frame too)")
 
     def offer(self, payload: bytes, now: float) -> int:
         """Offer an admitted payload. Returns ADDED; FIRST (added as the frame's first
