@@ -324,10 +324,11 @@ class _Consumer:
 
 class _Waiting:
     """A one-shot ``--senders N`` receive's word while it waits and nothing comes: once
-    nothing arrived and no sender finished for ``quiet_s``, then every ``every_s``. A
-    receiver told to wait for more senders than will come (an empty DataFrame is one Spark
-    task, not one per partition asked for; a sender that never started) otherwise waits
-    in silence for ever."""
+    nothing arrived and no sender finished for ``quiet_s`` (six times as long while no
+    sender was heard at all: receivers are started before their senders), then every
+    ``every_s``. A receiver told to wait for more senders than will come (an empty
+    DataFrame is one Spark task, not one per partition asked for; a sender that never
+    started) otherwise waits in silence for ever."""
 
     def __init__(self, senders: int, now: float, quiet_s: float | None = None) -> None:
         self.want = senders
@@ -350,10 +351,13 @@ class _Waiting:
         if quiet < self.quiet_s or (self.said_at is not None
                                     and now - self.said_at < self.every_s):
             return None
+        ids = heard()
+        if not ids and self.said_at is None and quiet < 6 * self.quiet_s:
+            return None
         self.said_at = now
         return (f"nakflow receive: still waiting for {self.want - finished} more sender(s) "
                 f"(--senders {self.want}, counted by id: one per Spark task): "
-                f"{heard()} heard, {finished} finished; nothing arrived for {quiet:.0f} s "
+                f"{ids} heard, {finished} finished; nothing arrived for {quiet:.0f} s "
                 "(Ctrl-C stops it and reports what arrived)")
 
 
