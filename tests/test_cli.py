@@ -66,6 +66,9 @@ BAD = [
       "--curve-secret", "/nonexistent.key_secret", "--curve-server-key", "/nonexistent.key",
       "--curve-authorized", "/tmp"), "CURVE secret key file not found"),
     (("receive", "--data", "udp://x", "--feedback", "tcp://a:1"), "expected one of"),
+    # ZeroMQ binds to addresses and interfaces; its own error was "No such device"
+    (("receive", "--data", "tcp://localhost:{p}", "--feedback", "tcp://127.0.0.1:{q}"),
+     "'localhost' is no address or interface of this machine; a receiver binds to one"),
     (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
       "--capacity", "-3"), "must be > 0"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",

@@ -11,6 +11,7 @@ multicast group and nobody needs a list of anybody.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -230,7 +231,19 @@ def _attach(sock: zmq.Socket[bytes], uris: Sequence[str], bind: bool) -> list[st
     bound = []
     for uri in uris:
         if bind and not is_multicast(uri):
-            sock.bind(uri)
+            try:
+                sock.bind(uri)
+            except zmq.ZMQError as exc:
+                if exc.errno in (errno.ENODEV, errno.EADDRNOTAVAIL) and scheme_of(uri) == "tcp":
+                    host = uri.partition("://")[2].rpartition(":")[0]
+                    raise EndpointError(
+                        f"cannot bind {uri}: {host!r} is no address or interface of this "
+                        "machine; a receiver binds to one of its own IP addresses "
+                        "(tcp://127.0.0.1:PORT: this machine only), an interface "
+                        "(tcp://eth0:PORT) or every interface (tcp://*:PORT), not to a "
+                        "host name such as 'localhost' (senders may connect to one)"
+                    ) from None
+                raise
             bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
         else:
             sock.connect(uri)
