@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -542,3 +543,51 @@ def test_a_receiver_waiting_for_more_senders_than_came_says_so_and_stops_on_a_si
     assert rx.returncode == 130, err
     assert json.loads(out)["delivered"] == 10
     assert "END from 1 of the 2 senders expected" in err
+
+
+def test_a_receiver_whose_senders_finished_waits_for_more_that_are_still_sending() -> None:
+    """``--senders 1`` while two senders send (a Spark job with more partitions than the
+    receivers were told): the one that ends first makes N, but the receiver does not
+    leave while the other is live, says so, and takes its stream whole. Before, it exited
+    mid-stream: the other's close found it gone, and its verdict said a sender sent no
+    END (exit 1)."""
+    from nakflow import Sender
+
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--senders", "1")
+    stop, sent, errors = threading.Event(), [0], []
+
+    def long_sender() -> None:
+        try:
+            with Sender(data, fb, sender_id="long") as tx:
+                tx.wait_for_receivers(timeout=30)
+                while not stop.is_set() and sent[0] < 1_000_000:
+                    tx.send(b"x" * 100)
+                    sent[0] += 1
+        except Exception as exc:  # the assertion below shows it
+            errors.append(exc)
+
+    thread = threading.Thread(target=long_sender)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while sent[0] < 1_000:  # it is sending: its stream is live at the receiver
+            assert thread.is_alive() and time.monotonic() < deadline, errors
+            time.sleep(0.01)
+        short = nakflow("send", "--data", data, "--feedback", fb, "--id", "short",
+                        "--count", "100")
+        assert short.returncode == 0, short.stderr
+        assert rx.stderr is not None
+        line = rx.stderr.readline()  # blocks until the receiver says something
+        assert line.startswith("nakflow receive: 1 sender(s) finished (--senders 1), but 1 "
+                               "more still sending (long/"), line
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 0, err
+    report = json.loads(out)
+    assert {s["sender"]: (s["status"], s["final_seq"]) for s in report["senders"]} == {
+        "long": ("complete", sent[0]), "short": ("complete", 100)}
+    assert report["delivered"] == sent[0] + 100

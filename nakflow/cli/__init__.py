@@ -215,10 +215,11 @@ def _receive_parser(sub: Any) -> None:
                    help="... for this long (0: never stalls)")
     r.add_argument("--senders", type=_positive_int, default=None, metavar="N",
                    help="exit once N sender ids finished (one of their epochs ended "
-                        "complete, or the newest is over without that: BYE, silent for "
-                        "--sender-gone, or an END short of messages for good; then with no "
-                        "stream live since and, but for silence, no retry of the id within "
-                        "3 s) and their streams are complete or given up (default: run "
+                        "complete, or the newest is over without that: BYE after it sent, "
+                        "silent for --sender-gone, or an END short of messages for good; "
+                        "then with no stream live since and, but for silence, no retry of "
+                        "the id within 3 s) and their streams are complete or given up; "
+                        "more senders still sending then are waited for too (default: run "
                         "until --duration or SIGTERM)")
     r.add_argument("--duration", type=_positive, default=None, metavar="S",
                    help="stop after this long (default: until --senders finished, or "

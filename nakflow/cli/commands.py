@@ -411,12 +411,21 @@ def cmd_receive(args: argparse.Namespace) -> int:
                  rx.data_endpoints, rx.feedback_endpoints, args.mode)
         t0 = time.monotonic()
         waiting = _Waiting(args.senders, t0, args.test_quiet_s) if args.senders else None
+        more_said = False
         while consumer.error is None:
             now = time.monotonic()
             if args.duration is not None and now - t0 >= args.duration:
                 break
             if args.senders and rx.done(args.senders):
-                break
+                live = rx.live_streams()  # more senders than N: leaving would cut them off
+                if not live:
+                    break
+                if not more_said:
+                    more_said = True
+                    say(f"nakflow receive: {args.senders} sender(s) finished (--senders "
+                        f"{args.senders}), but {len(live)} more still sending "
+                        f"({', '.join(f'{s}/{e}' for s, e in live[:3])}"
+                        f"{', ...' if len(live) > 3 else ''}): waiting for them too")
             if waiting is not None:
                 line = waiting.look(now, rx.finished(), consumer.rows, lambda: _ids_heard(rx))
                 if line:

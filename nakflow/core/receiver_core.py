@@ -361,6 +361,14 @@ class ReceiverCore(Endpoint):
         for key in back:
             self._back(key)
 
+    def live_streams(self) -> list[SenderKey]:
+        """Streams still going: DATA heard, no END, their sender neither left nor taken as
+        silent (one before its first message is not counted: it may have been killed)."""
+        endings, silent = self.endings, self.silence.silent
+        return [key for key, st in self.tracker.streams.items()
+                if st.frames and st.final_seq is None and key not in endings
+                and key not in silent]
+
     def _back(self, key: SenderKey) -> None:
         self._say_silence(key, f"taken as gone after {self.silence.gone_s:g} s of silence, "
                                "is heard again: it was paused, not killed (a longer "

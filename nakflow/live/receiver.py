@@ -154,6 +154,11 @@ class Receiver:
         return (self.finished() >= senders and not self.awaiting_repair()
                 and not len(self._queue) and not self.core.deliveries())
 
+    def live_streams(self) -> list[SenderKey]:
+        """(sender, epoch) of the streams still going (``ReceiverCore.live_streams``)."""
+        with self._lock:
+            return self.core.live_streams()
+
     def wait_for_ends(self, n: int, timeout: float | None = None) -> bool:
         """Wait until END arrived from ``n`` streams, (sender, epoch) pairs: a task and its
         retry are two (``finished`` counts sender ids); False on timeout."""
