@@ -118,6 +118,26 @@ def test_a_port_in_use_and_a_missing_authorized_dir_say_so(tmp_path) -> None:
     finally:
         rx.kill()
         rx.communicate()
+    # an ipc path: ZeroMQ's bind would take it from the live receiver in silence
+    data, fb = f"ipc://{tmp_path}/d", f"ipc://{tmp_path}/f"
+    rx = receiver(data, fb, "--duration", "20")
+    try:
+        out = nakflow("receive", "--data", data, "--feedback", f"ipc://{tmp_path}/f2")
+        assert out.returncode == 2, out.stderr
+        assert errors_of(out) == [f"nakflow receive: error: cannot bind {data}: a process "
+                                  "listens on that path already (another receiver?); ZeroMQ "
+                                  "would take the path from it without a word. Pick another "
+                                  "path, or stop that process first"]
+        tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "10")
+        assert tx.returncode == 0, tx.stderr  # the first receiver still has its path
+    finally:
+        rx.kill()
+        rx.communicate()
+    # its files stay behind, nobody listening: a new receiver binds there
+    rx = receiver(data, fb, "--senders", "1")
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "10")
+    assert tx.returncode == 0, tx.stderr
+    assert rx.wait(60) == 0
     keys = tmp_path / "keys"
     assert nakflow("keygen", str(keys), "r").returncode == 0
     out = nakflow("receive", "--data", endpoints()[0], "--feedback", endpoints()[1],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -231,6 +232,11 @@ def _attach(sock: zmq.Socket[bytes], uris: Sequence[str], bind: bool) -> list[st
     bound = []
     for uri in uris:
         if bind and not is_multicast(uri):
+            if scheme_of(uri) == "ipc" and _ipc_in_use(uri):
+                raise EndpointError(
+                    f"cannot bind {uri}: a process listens on that path already (another "
+                    "receiver?); ZeroMQ would take the path from it without a word. Pick "
+                    "another path, or stop that process first")
             try:
                 sock.bind(uri)
             except zmq.ZMQError as exc:
@@ -248,6 +254,26 @@ def _attach(sock: zmq.Socket[bytes], uris: Sequence[str], bind: bool) -> list[st
         else:
             sock.connect(uri)
     return bound
+
+
+def _ipc_in_use(uri: str) -> bool:
+    """Something accepts connections on ``uri``'s socket file. ZeroMQ's ipc bind removes
+    an existing file and binds anew: a second receiver on a live receiver's path took it
+    over in silence (a tcp port in use fails the bind instead). A file nobody listens on
+    is a dead process's, which the bind may replace. Abstract names (``ipc://@x``) fail
+    the bind by themselves."""
+    path = uri.partition("://")[2]
+    if not path or path.startswith("@") or not os.path.exists(path):
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+        return True
+    except OSError:  # refused: nobody listens there any more
+        return False
+    finally:
+        probe.close()
 
 
 def _open(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, uris: Sequence[str], bind: bool,
