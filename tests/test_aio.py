@@ -332,8 +332,8 @@ def test_both_senders_wait_by_default_for_every_receiver_their_data_endpoints_na
             tx.wait_for_receivers(timeout=0.5)
         assert f"1 of 2 receivers answered in 0.5 s on {data[0]}, {data[1]}" in str(err.value)
         # it probes where nothing answered: nothing listens on the second pair
-        unreachable = (f"; nothing accepts a connection on {data[1]} (data), {feedback[1]} "
-                       "(feedback)")
+        unreachable = (f"; {data[1]} (data): nothing accepts a connection; {feedback[1]} "
+                       "(feedback): nothing accepts a connection")
         assert str(err.value).endswith(unreachable), err.value
 
         async def one_sender() -> None:

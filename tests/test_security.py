@@ -160,12 +160,26 @@ def test_forged_credit_does_not_let_a_curve_sender_overrun(keys):
 
 
 def test_only_authorised_senders_are_received(keys):
+    """Mallory's key is not authorised, a plain sender has none, and a sender given
+    another server key cannot prove the receivers': none is received, and the wait's
+    error says which of these it is at each endpoint (ZeroMQ's monitor on a probe)."""
+    wrong_server = SocketOptions(curve=Curve(str(keys / "sender.key_secret"),
+                                             str(keys / "mallory.key")))
     with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
                   options=curve(keys, "receivers", server=True)) as rx:
-        for who, options in (("mallory", curve(keys, "mallory")), ("plain", None)):
+        for who, options, why in (
+                ("mallory", curve(keys, "mallory"), "the receiver refused this sender's CURVE "
+                 "key (its public key is not in the receiver's authorized directory)"),
+                ("plain", None, "the handshake failed: the receiver requires CURVE and this "
+                 "sender has no keys"),
+                ("lost", wrong_server, "the CURVE handshake failed: the receiver runs without "
+                 "CURVE, or the server key is not its key")):
             with Sender(rx.data_endpoints, rx.feedback_endpoints, sender_id=who,
-                        options=options) as tx, pytest.raises(TimeoutError):
+                        options=options) as tx, pytest.raises(TimeoutError) as err:
                 tx.wait_for_receivers(1, timeout=1.0)
+            assert str(err.value).endswith(
+                f"; {rx.data_endpoints[0]} (data): {why}; {rx.feedback_endpoints[0]} "
+                f"(feedback): {why}"), (who, str(err.value))
         snap = send_through(rx, rx.feedback_endpoints, mode="nak", options=curve(keys, "sender"),
                             count=1_000)
         assert drain(rx, 1_000) == 1_000

@@ -17,9 +17,9 @@ from .channels import (
     open_sub,
     parse_endpoints,
     path_kind,
+    probe,
     receivers_expected,
     scheme_of,
-    unreachable,
     with_reach,
 )
 
@@ -40,8 +40,8 @@ __all__ = [
     "open_sub",
     "parse_endpoints",
     "path_kind",
+    "probe",
     "receivers_expected",
     "scheme_of",
-    "unreachable",
     "with_reach",
 ]

@@ -50,7 +50,8 @@ class AsyncSender:
         t0 = time.monotonic()
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
-        self._fb_uris = fb_uris  # probed when nobody answers (with_reach)
+        # probed when nobody answers (with_reach), with the sockets' options
+        self._fb_uris, self._options = fb_uris, options
         multicast, local = path_kind(data_uris)
         self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, multicast=multicast,
                                local=local, path=data_uris, rate_memory=RATE_MEMORY)
@@ -119,7 +120,8 @@ class AsyncSender:
                     raise error
                 if time.monotonic() >= end:
                     err = core.wait_timed_out(time.monotonic(), ready, n, timeout)
-                    raise await asyncio.to_thread(with_reach, err, core.path, self._fb_uris)
+                    raise await asyncio.to_thread(with_reach, err, core.path, self._fb_uris,
+                                                  self._options)
                 await self._progressed(end - time.monotonic())
         finally:
             core.want_receivers(0, time.monotonic())

@@ -82,7 +82,8 @@ class Sender:
         cfg = cfg.named(f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
         data_uris, fb_uris = parse_endpoints(data), parse_endpoints(feedback)
         check_pairs(data_uris, fb_uris, proxy=feedback_proxy)
-        self._fb_uris = fb_uris  # probed when nobody answers (with_reach)
+        # probed when nobody answers (with_reach), with the sockets' options (CURVE keys)
+        self._fb_uris, self._options = fb_uris, options
         multicast, local = path_kind(data_uris)
         self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, multicast=multicast,
                                local=local, path=data_uris, rate_memory=RATE_MEMORY)
@@ -201,7 +202,7 @@ class Sender:
                         raise error
                     if now >= end:
                         raise with_reach(core.wait_timed_out(now, ready, n, timeout),
-                                         core.path, self._fb_uris)
+                                         core.path, self._fb_uris, self._options)
                     self._service(now, max(0.0, min(end, self._timer_at(end)) - now))
                     now = time.monotonic()
             finally:
