@@ -303,3 +303,30 @@ def test_nak_never_cuts_for_receivers_faster_than_the_sender_even_when_held_up()
         assert (r["delivered"], r["lost"]) == (count, 0), r["receiver_id"]
     assert sender["cuts"] == 0, sender["policy"]["cut_events"]
     assert sender["rate_limit"] == pytest.approx(cap)
+
+
+UNCLOSED = """
+import sys
+from nakflow import Sender
+tx = Sender(sys.argv[1], sys.argv[2], linger_s=10.0)  # the last frame waits for company
+tx.wait_for_receivers(timeout=30)
+for i in range(500):
+    tx.send(b"m%d" % i)
+"""
+
+
+def test_a_sender_the_program_did_not_close_leaves_at_exit_with_what_it_admitted():
+    """A script that sends and exits without ``close()``: at exit the sender sends what
+    it admitted, then BYE (no END: nothing says the stream is whole), and warns. Before,
+    the frame it still held was lost in silence (500 sent, 373 arrived) and the receiver
+    took 10 s of silence to learn that the sender was gone."""
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
+        run = subprocess.run([sys.executable, "-c", UNCLOSED, rx.data_endpoints[0],
+                              rx.feedback_endpoints[0]], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0, run.stderr
+        assert "was not closed when the program exited: it leaves without END" in run.stderr
+        got = [m.payload for m in rx.messages(senders=1, timeout=30)]
+        (stream,) = rx.snapshot()["senders"]
+    assert got == [b"m%d" % i for i in range(500)]
+    assert stream["left"] and stream["final_seq"] is None and stream["missing"] == 0

@@ -8,6 +8,7 @@ the work in each call; a timer thread does what falls due while the application 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import math
@@ -16,6 +17,7 @@ import queue
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,6 +50,26 @@ TIMER_IDLE_S = 0.05  # the timer thread looks at least this often
 #: the application stays away. Unread, a receiver gave its gaps up after max_requests x
 #: retry_s (1 s): `make demo` once failed with IncompleteDelivery (dropped 10).
 IDLE_FEEDBACK_S = 0.02
+
+#: Senders not closed yet, for ``_abort_at_exit``.
+_OPEN: weakref.WeakSet[Sender] = weakref.WeakSet()
+
+
+def _abort_at_exit() -> None:
+    """At interpreter exit, a sender the program did not close leaves as ``abort`` does:
+    what it admitted goes out, then BYE, and a warning names it. Before, the messages its
+    frame still held were lost in silence (a script that sent 500 and exited: 373
+    arrived) and its receivers waited ``sender_gone_s`` to take it as gone."""
+    for tx in list(_OPEN):
+        if tx._closed or os.getpid() != tx._pid:
+            continue
+        log.warning("sender %s was not closed when the program exited: it leaves without "
+                    "END (its receivers report the stream incomplete); call close(), or "
+                    "use 'with Sender(...)', to end the stream", tx.sender_id)
+        tx.abort()
+
+
+atexit.register(_abort_at_exit)
 
 
 class Sender:
@@ -107,6 +129,7 @@ class Sender:
         self._timer = threading.Thread(target=self._timer_main, daemon=True,
                                        name=f"nakflow-tx-timer-{cfg.sender_id}")
         self._timer.start()
+        _OPEN.add(self)
 
     mode = property(lambda self: self.core.mode)
     stream = property(lambda self: self.core.stream)
@@ -300,6 +323,7 @@ class Sender:
             return
         with self._lock:
             self._closed = True
+            _OPEN.discard(self)
             core = self.core
             try:
                 now = time.monotonic()
