@@ -59,14 +59,30 @@ def _abort_at_exit() -> None:
     """At interpreter exit, a sender the program did not close leaves as ``abort`` does:
     what it admitted goes out, then BYE, and a warning names it. Before, the messages its
     frame still held were lost in silence (a script that sent 500 and exited: 373
-    arrived) and its receivers waited ``sender_gone_s`` to take it as gone."""
+    arrived) and its receivers waited ``sender_gone_s`` to take it as gone.
+
+    pyzmq does not terminate contexts at exit, so what a closed socket still holds dies
+    with the process's I/O thread. A context left with no open socket is terminated
+    here, which waits for them to send it (up to their linger, 2 s); one with sockets the
+    program left open is not (terminating it would wait for them for ever)."""
+    contexts = []
     for tx in list(_OPEN):
         if tx._closed or os.getpid() != tx._pid:
             continue
-        log.warning("sender %s was not closed when the program exited: it leaves without "
-                    "END (its receivers report the stream incomplete); call close(), or "
-                    "use 'with Sender(...)', to end the stream", tx.sender_id)
-        tx.abort()
+        if not tx._finish(None, end=False, lock_s=1.0):  # a thread's send waits in it
+            log.warning("sender %s was not closed when the program exited, and a send "
+                        "still waits in it: left as it is (its receivers take it as gone "
+                        "after sender_gone_s)", tx.sender_id)
+            continue
+        log.warning("sender %s was not closed when the program exited: it left without END "
+                    "(its receivers report the stream incomplete); call close(), or use "
+                    "'with Sender(...)', to end the stream", tx.sender_id)
+        if tx._ctx not in contexts:
+            contexts.append(tx._ctx)
+    for ctx in contexts:
+        sockets = getattr(ctx, "_sockets", None)
+        if sockets is not None and not ctx.closed and all(s.closed for s in list(sockets)):
+            ctx.term()
 
 
 atexit.register(_abort_at_exit)
@@ -110,7 +126,7 @@ class Sender:
         self.core = SenderCore(cfg, now=t0, wall_offset=time.time() - t0, multicast=multicast,
                                local=local, path=data_uris, rate_memory=RATE_MEMORY)
         self.config, self._on_event = cfg, on_event
-        ctx = context or zmq.Context.instance()
+        self._ctx = ctx = context or zmq.Context.instance()
         self._pub, _ = open_pub(ctx, data_uris, bind=False, options=options)
         try:
             self._sub, _ = open_sub(ctx, fb_uris, bind=False, options=options)
@@ -315,13 +331,16 @@ class Sender:
         task that failed and will be retried under a new epoch)."""
         self._finish(linger_s, end=False)
 
-    def _finish(self, linger_s: float | None, *, end: bool) -> None:
+    def _finish(self, linger_s: float | None, *, end: bool, lock_s: float = -1) -> bool:
+        """Close or abort; False if the lock was not had within ``lock_s`` (-1: wait)."""
         if self._closed:
-            return
+            return True
         if os.getpid() != self._pid:  # a forked copy must not touch the parent's sockets
             self._closed = True
-            return
-        with self._lock:
+            return True
+        if not self._lock.acquire(timeout=lock_s):
+            return False
+        try:
             self._closed = True
             _OPEN.discard(self)
             core = self.core
@@ -343,9 +362,12 @@ class Sender:
                     self._watch.close()
                 self._pub.close(None if linger_s is None else int(linger_s * 1000))
                 self._sub.close(0)
+        finally:
+            self._lock.release()
         self._wake_timer()
         if self._timer is not threading.current_thread():
             self._timer.join(1.0)
+        return True
 
     def __enter__(self) -> Sender:
         return self
