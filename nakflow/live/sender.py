@@ -64,7 +64,9 @@ def _abort_at_exit() -> None:
     pyzmq does not terminate contexts at exit, so what a closed socket still holds dies
     with the process's I/O thread. A context left with no open socket is terminated
     here, which waits for them to send it (up to their linger, 2 s); one with sockets the
-    program left open is not (terminating it would wait for them for ever)."""
+    program left open is not (terminating it would wait for them for ever). The term runs
+    in a thread given 3 s: a socket pyzmq does not list (made by ``zmq.Socket(ctx, ...)``)
+    could still hold it, and the exit must not hang on it."""
     contexts = []
     for tx in list(_OPEN):
         if tx._closed or os.getpid() != tx._pid:
@@ -82,7 +84,9 @@ def _abort_at_exit() -> None:
     for ctx in contexts:
         sockets = getattr(ctx, "_sockets", None)
         if sockets is not None and not ctx.closed and all(s.closed for s in list(sockets)):
-            ctx.term()
+            term = threading.Thread(target=ctx.term, daemon=True, name="nakflow-exit-term")
+            term.start()
+            term.join(3.0)
 
 
 atexit.register(_abort_at_exit)
