@@ -363,11 +363,17 @@ class ReceiverCore(Endpoint):
 
     def live_streams(self) -> list[SenderKey]:
         """Streams still going: DATA heard, no END, their sender neither left nor taken as
-        silent (one before its first message is not counted: it may have been killed)."""
-        endings, silent = self.endings, self.silence.silent
-        return [key for key, st in self.tracker.streams.items()
+        silent, and no newer epoch of its id heard (a restart or a retry replaced it: a
+        killed one says nothing more). One before its first message is not counted: it may
+        have been killed."""
+        endings, silent, streams = self.endings, self.silence.silent, self.tracker.streams
+        newest: dict[str, int] = {}
+        for sid, epoch in (*streams, *endings.heard()):
+            if newest.get(sid, -1) < epoch:
+                newest[sid] = epoch
+        return [key for key, st in streams.items()
                 if st.frames and st.final_seq is None and key not in endings
-                and key not in silent]
+                and key not in silent and newest[key[0]] == key[1]]
 
     def _back(self, key: SenderKey) -> None:
         self._say_silence(key, f"taken as gone after {self.silence.gone_s:g} s of silence, "
