@@ -350,3 +350,40 @@ def test_an_unclosed_sender_whose_send_waits_in_a_thread_does_not_hold_the_exit(
                          timeout=60)
     assert run.returncode == 0, run.stderr
     assert "and a send still waits in it: left as it is" in run.stderr
+
+
+FORKED = """
+import os, sys
+from nakflow import Sender
+tx = Sender(sys.argv[1], sys.argv[2])
+tx.wait_for_receivers(timeout=30)
+tx.send(b"parent-0")
+pid = os.fork()
+if pid == 0:  # the child: every use but close is refused, at once
+    try:
+        tx.send(b"child")
+    except Exception as exc:
+        print(type(exc).__name__, exc, flush=True)
+    tx.close()
+    os._exit(0)
+os.waitpid(pid, 0)
+tx.send(b"parent-1")
+tx.close()
+"""
+
+
+def test_a_sender_used_in_a_forked_child_says_so_and_the_parents_stream_is_whole():
+    """``fork`` after a Sender was made (multiprocessing's default start method, a sender
+    made at module level): in the child its sockets and threads are gone. Before, the
+    child's send waited for ever; now it raises LocalProtocolError saying why, the
+    child's close does nothing, and the parent's stream is whole."""
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
+        run = subprocess.run([sys.executable, "-c", FORKED, rx.data_endpoints[0],
+                              rx.feedback_endpoints[0]], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.startswith("LocalProtocolError sender s-"), run.stdout
+        assert "and this process is a fork of it" in run.stdout
+        got = [m.payload for m in rx.messages(senders=1, timeout=30)]
+        (stream,) = rx.snapshot()["senders"]
+    assert got == [b"parent-0", b"parent-1"] and stream["status"] == "complete"
