@@ -354,36 +354,43 @@ def test_an_unclosed_sender_whose_send_waits_in_a_thread_does_not_hold_the_exit(
 
 FORKED = """
 import os, sys
-from nakflow import Sender
+from nakflow import Receiver, Sender
 tx = Sender(sys.argv[1], sys.argv[2])
 tx.wait_for_receivers(timeout=30)
 tx.send(b"parent-0")
+rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
 pid = os.fork()
 if pid == 0:  # the child: every use but close is refused, at once
-    try:
-        tx.send(b"child")
-    except Exception as exc:
-        print(type(exc).__name__, exc, flush=True)
+    for use in (lambda: tx.send(b"child"), lambda: rx.get(timeout=30)):
+        try:
+            use()
+        except Exception as exc:
+            print(type(exc).__name__, exc, flush=True)
     tx.close()
+    rx.close()
     os._exit(0)
 os.waitpid(pid, 0)
 tx.send(b"parent-1")
 tx.close()
+rx.close()
 """
 
 
 def test_a_sender_used_in_a_forked_child_says_so_and_the_parents_stream_is_whole():
     """``fork`` after a Sender was made (multiprocessing's default start method, a sender
     made at module level): in the child its sockets and threads are gone. Before, the
-    child's send waited for ever; now it raises LocalProtocolError saying why, the
-    child's close does nothing, and the parent's stream is whole."""
+    child's send waited for ever, and a receiver's get too; now each raises
+    LocalProtocolError saying why, the child's close does nothing, and the parent's
+    stream is whole."""
     with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
         run = subprocess.run([sys.executable, "-c", FORKED, rx.data_endpoints[0],
                               rx.feedback_endpoints[0]], capture_output=True, text=True,
                              timeout=60)
         assert run.returncode == 0, run.stderr
-        assert run.stdout.startswith("LocalProtocolError sender s-"), run.stdout
-        assert "and this process is a fork of it" in run.stdout
+        lines = run.stdout.splitlines()
+        assert [ln.split(" ", 2)[:2] for ln in lines] == [
+            ["LocalProtocolError", "Sender"], ["LocalProtocolError", "Receiver"]], lines
+        assert all("and this process is a fork of it" in ln for ln in lines)
         got = [m.payload for m in rx.messages(senders=1, timeout=30)]
         (stream,) = rx.snapshot()["senders"]
     assert got == [b"parent-0", b"parent-1"] and stream["status"] == "complete"

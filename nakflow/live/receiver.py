@@ -25,6 +25,7 @@ from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
 from ..wire import SenderKey
 from .delivery_queue import DeliveryQueue
+from .forks import track
 from .lateness import Lateness
 
 __all__ = ["OVERFLOW_POLICIES", "Message", "Receiver"]
@@ -83,6 +84,8 @@ class Receiver:
                                     daemon=True)
         self._io.start()
         self._consumer: threading.Thread | None = None
+        track(self, ("get", "get_many", "__iter__", "messages", "done", "live_streams",
+                     "wait_for_ends", "wait_drained"))
         if handler is not None:
             self._consumer = threading.Thread(target=self._consume_with, args=(handler,),
                                               name="nakflow-rx-handler", daemon=True)

@@ -38,9 +38,9 @@ from transports import (
 
 from ..config import SenderConfig, with_overrides
 from ..core.sender_core import SenderCore
-from ..errors import LocalProtocolError
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
+from .forks import track
 
 log = logging.getLogger("nakflow.live.sender")
 FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
@@ -151,6 +151,7 @@ class Sender:
                                        name=f"nakflow-tx-timer-{cfg.sender_id}")
         self._timer.start()
         _OPEN.add(self)
+        track(self, ("send", "try_send", "send_batch", "flush", "poll", "wait_for_receivers"))
 
     mode = property(lambda self: self.core.mode)
     stream = property(lambda self: self.core.stream)
@@ -389,34 +390,6 @@ class Sender:
         """Metrics, JSON-ready (``SenderCore.snapshot``). Read without the lock, so that a
         metrics scrape never waits for a sender blocked on credit."""
         return self.core.snapshot(time.monotonic())
-
-
-class _ForkedSender(Sender):
-    """What a ``Sender`` becomes in a child that ``fork`` made of its process (in
-    ``multiprocessing``'s default start method on Linux, a sender made at module level):
-    ZeroMQ's sockets and the sender's threads do not come along, and a send there waited
-    for ever (its timer thread had held the lock at the fork, or the sockets' I/O threads
-    are gone). Now every use but ``snapshot`` and ``close`` (nothing to do) says so."""
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
-        raise LocalProtocolError(
-            f"sender {self.sender_id} was created in process {self._pid}, and this process "
-            "is a fork of it: ZeroMQ's sockets and the sender's threads do not survive a "
-            "fork. Create the Sender in the process that sends (after the fork; "
-            "multiprocessing's 'spawn' start method does that)")
-
-    send = try_send = send_batch = flush = poll = wait_for_receivers = _refuse
-
-
-def _in_forked_child() -> None:
-    for tx in list(_OPEN):
-        tx._closed = True  # close() and the exit's abort leave the parent's sockets alone
-        tx._lock = threading.Lock()  # the parent's may have been held at the fork
-        tx.__class__ = _ForkedSender
-    _OPEN.clear()
-
-
-os.register_at_fork(after_in_child=_in_forked_child)
 
 
 from .._speedups import use_compiled  # noqa: E402
