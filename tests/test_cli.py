@@ -433,6 +433,13 @@ def test_a_mistyped_feedback_endpoint_is_named_and_does_not_end_the_receivers_wa
                      "--wait-timeout", "1")
         assert tx.returncode == 2, tx.stderr
         assert f"; {wrong} (feedback): nothing accepts a connection;" in tx.stderr
+        # the two swapped: a PUB at the receiver's PUB, a SUB at its SUB
+        tx = nakflow("send", "--data", fb, "--feedback", data, "--count", "100",
+                     "--wait-timeout", "1")
+        assert tx.returncode == 2, tx.stderr
+        assert (f"; {fb} (data): something listens there but closed the connection in "
+                "ZeroMQ's handshake: no receiver's data endpoint (are the data and feedback "
+                "endpoints swapped?); ") in tx.stderr
         tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "100")
         assert tx.returncode == 0, tx.stderr
         out, err = rx.communicate(timeout=60)

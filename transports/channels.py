@@ -348,7 +348,7 @@ class DisconnectWatch:
 
 _PROBE_EVENTS = (zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
                  | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                 | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+                 | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_DISCONNECTED)
 
 
 def probe(endpoints: Sequence[str], kind: int, options: SocketOptions | None = None,
@@ -407,6 +407,13 @@ def probe(endpoints: Sequence[str], kind: int, options: SocketOptions | None = N
         elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             out[endpoint] = ("the receiver refused this sender's CURVE key (its public key "
                              "is not in the receiver's authorized directory)")
+        elif event == zmq.EVENT_DISCONNECTED:
+            # closed in the handshake, no failure said: a socket type this one does not
+            # pair with (a PUB at a PUB: the endpoints swapped), or not ZeroMQ at all
+            role = "data" if kind == zmq.PUB else "feedback" if kind == zmq.SUB else ""
+            out[endpoint] = (f"something listens there but closed the connection in "
+                             f"ZeroMQ's handshake: no receiver's {role} endpoint (are the "
+                             "data and feedback endpoints swapped?)")
         elif event != zmq.EVENT_HANDSHAKE_SUCCEEDED:
             out[endpoint] = failed
     return out
