@@ -25,8 +25,8 @@ from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
 from ..wire import SenderKey
 from .delivery_queue import DeliveryQueue
-from .forks import track
 from .lateness import Lateness
+from .lifetime import track
 
 __all__ = ["OVERFLOW_POLICIES", "Message", "Receiver"]
 

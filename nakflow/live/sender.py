@@ -8,7 +8,6 @@ the work in each call; a timer thread does what falls due while the application 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import math
@@ -17,7 +16,6 @@ import queue
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,7 +38,7 @@ from ..config import SenderConfig, with_overrides
 from ..core.sender_core import SenderCore
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
-from .forks import track
+from .lifetime import close_at_exit, track
 
 log = logging.getLogger("nakflow.live.sender")
 FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
@@ -52,45 +50,6 @@ TIMER_IDLE_S = 0.05  # the timer thread looks at least this often
 #: retry_s (1 s): `make demo` once failed with IncompleteDelivery (dropped 10).
 IDLE_FEEDBACK_S = 0.02
 
-#: Senders not closed yet, for ``_abort_at_exit``.
-_OPEN: weakref.WeakSet[Sender] = weakref.WeakSet()
-
-
-def _abort_at_exit() -> None:
-    """At interpreter exit, a sender the program did not close leaves as ``abort`` does:
-    what it admitted goes out, then BYE, and a warning names it. Before, the messages its
-    frame still held were lost in silence (a script that sent 500 and exited: 373
-    arrived) and its receivers waited ``sender_gone_s`` to take it as gone.
-
-    pyzmq does not terminate contexts at exit, so what a closed socket still holds dies
-    with the process's I/O thread. A context left with no open socket is terminated
-    here, which waits for them to send it (up to their linger, 2 s); one with sockets the
-    program left open is not (terminating it would wait for them for ever). The term runs
-    in a thread given 3 s: a socket pyzmq does not list (made by ``zmq.Socket(ctx, ...)``)
-    could still hold it, and the exit must not hang on it."""
-    contexts = []
-    for tx in list(_OPEN):
-        if tx._closed or os.getpid() != tx._pid:
-            continue
-        if not tx._finish(None, end=False, lock_s=1.0):  # a thread's send waits in it
-            log.warning("sender %s was not closed when the program exited, and a send "
-                        "still waits in it: left as it is (its receivers take it as gone "
-                        "after sender_gone_s)", tx.sender_id)
-            continue
-        log.warning("sender %s was not closed when the program exited: it left without END "
-                    "(its receivers report the stream incomplete); call close(), or use "
-                    "'with Sender(...)', to end the stream", tx.sender_id)
-        if tx._ctx not in contexts:
-            contexts.append(tx._ctx)
-    for ctx in contexts:
-        sockets = getattr(ctx, "_sockets", None)
-        if sockets is not None and not ctx.closed and all(s.closed for s in list(sockets)):
-            term = threading.Thread(target=ctx.term, daemon=True, name="nakflow-exit-term")
-            term.start()
-            term.join(3.0)
-
-
-atexit.register(_abort_at_exit)
 
 
 class Sender:
@@ -150,7 +109,7 @@ class Sender:
         self._timer = threading.Thread(target=self._timer_main, daemon=True,
                                        name=f"nakflow-tx-timer-{cfg.sender_id}")
         self._timer.start()
-        _OPEN.add(self)
+        close_at_exit(self)
         track(self, ("send", "try_send", "send_batch", "flush", "poll", "wait_for_receivers"))
 
     mode = property(lambda self: self.core.mode)
@@ -348,7 +307,6 @@ class Sender:
             return False
         try:
             self._closed = True
-            _OPEN.discard(self)
             core = self.core
             try:
                 now = time.monotonic()

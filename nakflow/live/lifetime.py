@@ -1,0 +1,110 @@
+"""What becomes of a live ``Sender`` or ``Receiver`` when its process forks or exits.
+
+**Fork.** ZeroMQ's sockets and the object's threads stay in the parent. In a child that
+``fork`` made of its process (``multiprocessing``'s default start method on Linux, with
+one made at module level) a sender's first send waited for ever (its timer thread could
+hold the lock at the fork, and the sockets' I/O threads are gone), and so did a
+receiver's ``get``. Each one made is tracked (``track``); in a forked child it becomes an
+object whose every use but ``snapshot`` (and ``close``, which does nothing: the sockets
+are the parent's) raises ``LocalProtocolError`` saying why. The hot paths are untouched.
+
+**Exit.** A threaded sender the program did not close (``close_at_exit``) leaves at
+interpreter exit as ``abort`` does: what it admitted goes out, then BYE, and a warning
+names it. Before, the frame it still held was lost in silence (a script that sent 500
+and exited: 373 arrived) and its receivers waited ``sender_gone_s`` to take it as gone.
+pyzmq does not terminate contexts at exit, so what a closed socket still holds dies with
+the process's I/O thread: a context left with no open socket is terminated, which waits
+for them to send it (up to their linger, 2 s); one with sockets the program left open is
+not (terminating it would wait for them for ever). The term runs in a thread given 3 s:
+a socket pyzmq does not list (made by ``zmq.Socket(ctx, ...)``) could still hold it, and
+the exit must not hang. A sender whose send waits in another thread holds its lock: it is
+left as it is after 1 s, with a warning.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import LocalProtocolError
+
+log = logging.getLogger("nakflow.live.sender")
+
+_MADE: weakref.WeakSet[Any] = weakref.WeakSet()  # refused in a forked child
+_FORKED: dict[type, type] = {}
+_OPEN: weakref.WeakSet[Any] = weakref.WeakSet()  # senders to abort at exit
+
+
+def track(obj: Any, refused: Sequence[str]) -> None:
+    """``obj`` (made in this process) refuses ``refused`` (its methods) in a forked child."""
+    obj._made_in = os.getpid()
+    obj._refused_after_fork = tuple(refused)
+    _MADE.add(obj)
+
+
+def close_at_exit(sender: Any) -> None:
+    """``sender`` is aborted at interpreter exit unless it was closed (its ``_finish``)."""
+    _OPEN.add(sender)
+
+
+def _refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
+    kind = type(self).__mro__[1].__name__
+    name = getattr(self, "sender_id", None) or getattr(self, "receiver_id", "")
+    raise LocalProtocolError(
+        f"{kind} {name} was created in process {self._made_in}, and this process is a fork "
+        f"of it: ZeroMQ's sockets and the {kind.lower()}'s threads do not survive a fork. "
+        f"Create the {kind} in the process that uses it (after the fork; "
+        "multiprocessing's 'spawn' start method does that)")
+
+
+def _nothing(self: Any, *args: Any, **kwargs: Any) -> None:
+    """``close`` in a forked child: the sockets and threads are the parent's to close."""
+
+
+def _forked_class(cls: type, refused: Sequence[str]) -> type:
+    forked = _FORKED.get(cls)
+    if forked is None:
+        body: dict[str, Any] = {name: _refuse for name in refused}
+        body.update(close=_nothing, abort=_nothing, __exit__=_nothing,
+                    __doc__=f"A {cls.__name__} in a forked child (``nakflow.live.lifetime``).")
+        forked = _FORKED[cls] = type(f"Forked{cls.__name__}", (cls,), body)
+    return forked
+
+
+def _in_forked_child() -> None:
+    for obj in list(_MADE):
+        obj.__class__ = _forked_class(type(obj), obj._refused_after_fork)
+    _MADE.clear()
+    _OPEN.clear()  # the parent's to close
+
+
+def _abort_at_exit() -> None:
+    contexts = []
+    for tx in list(_OPEN):
+        if tx._closed or os.getpid() != tx._pid:
+            continue
+        if not tx._finish(None, end=False, lock_s=1.0):  # a thread's send waits in it
+            log.warning("sender %s was not closed when the program exited, and a send "
+                        "still waits in it: left as it is (its receivers take it as gone "
+                        "after sender_gone_s)", tx.sender_id)
+            continue
+        log.warning("sender %s was not closed when the program exited: it left without END "
+                    "(its receivers report the stream incomplete); call close(), or use "
+                    "'with Sender(...)', to end the stream", tx.sender_id)
+        if tx._ctx not in contexts:
+            contexts.append(tx._ctx)
+    for ctx in contexts:
+        sockets = getattr(ctx, "_sockets", None)
+        if sockets is not None and not ctx.closed and all(s.closed for s in list(sockets)):
+            term = threading.Thread(target=ctx.term, daemon=True, name="nakflow-exit-term")
+            term.start()
+            term.join(3.0)
+
+
+os.register_at_fork(after_in_child=_in_forked_child)
+atexit.register(_abort_at_exit)
