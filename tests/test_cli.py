@@ -114,7 +114,10 @@ def test_a_port_in_use_and_a_missing_authorized_dir_say_so(tmp_path) -> None:
     rx = receiver(data, fb, "--duration", "20")
     try:
         out = nakflow("receive", "--data", data, "--feedback", endpoints()[1])
-        assert out.returncode == 2 and "address already in use" in out.stderr
+        assert out.returncode == 2, out.stderr
+        assert errors_of(out) == [f"nakflow receive: error: cannot bind {data}: address "
+                                  "already in use (another receiver, or another program, has "
+                                  "it); pick another, or tcp://HOST:* for a free port"]
     finally:
         rx.kill()
         rx.communicate()

@@ -240,6 +240,11 @@ def _attach(sock: zmq.Socket[bytes], uris: Sequence[str], bind: bool) -> list[st
             try:
                 sock.bind(uri)
             except zmq.ZMQError as exc:
+                if exc.errno == errno.EADDRINUSE:  # ZeroMQ's error named no endpoint
+                    raise EndpointError(
+                        f"cannot bind {uri}: address already in use (another receiver, or "
+                        "another program, has it); pick another, or tcp://HOST:* for a "
+                        "free port") from None
                 if exc.errno in (errno.ENODEV, errno.EADDRNOTAVAIL) and scheme_of(uri) == "tcp":
                     host = uri.partition("://")[2].rpartition(":")[0]
                     raise EndpointError(
