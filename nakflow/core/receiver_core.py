@@ -362,18 +362,8 @@ class ReceiverCore(Endpoint):
             self._back(key)
 
     def live_streams(self) -> list[SenderKey]:
-        """Streams still going: DATA heard, no END, their sender neither left nor taken as
-        silent, and no newer epoch of its id heard (a restart or a retry replaced it: a
-        killed one says nothing more). One before its first message is not counted: it may
-        have been killed."""
-        endings, silent, streams = self.endings, self.silence.silent, self.tracker.streams
-        newest: dict[str, int] = {}
-        for sid, epoch in (*streams, *endings.heard()):
-            if newest.get(sid, -1) < epoch:
-                newest[sid] = epoch
-        return [key for key, st in streams.items()
-                if st.frames and st.final_seq is None and key not in endings
-                and key not in silent and newest[key[0]] == key[1]]
+        """Streams still going (``SenderSilence.live_streams``)."""
+        return self.silence.live_streams(self.tracker.streams, self.endings)
 
     def _back(self, key: SenderKey) -> None:
         self._say_silence(key, f"taken as gone after {self.silence.gone_s:g} s of silence, "

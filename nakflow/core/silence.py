@@ -42,7 +42,7 @@ corrected one was started.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from ..wire import SenderKey
@@ -151,11 +151,7 @@ class SenderSilence:
         over.update((key, at) for key, at in endings.left.items() if began(streams.get(key)))
         left_ids: set[str] = set()
         if over or self.silent:
-            newest: dict[str, int] = {}
-            for keys in (streams, endings.heard(), over, self.silent):
-                for sid, epoch in keys:
-                    if newest.get(sid, -1) < epoch:
-                        newest[sid] = epoch
+            newest = newest_epochs(streams, endings.heard(), over, self.silent)
             left_ids = {sid for sid in self.left_ids if sid in newest
                         and ((sid, newest[sid]) in over or (sid, newest[sid]) in self.silent)}
             if not self.live:
@@ -168,6 +164,28 @@ class SenderSilence:
         if left_ids != self.left_ids:
             self.left_ids = left_ids
             self.changed = True
+
+
+    def live_streams(self, streams: Mapping[SenderKey, Any],
+                     endings: StreamEndings) -> list[SenderKey]:
+        """Streams still going: DATA heard, no END, their sender neither left nor taken as
+        silent, and no newer epoch of its id heard (a restart or a retry replaced it: a
+        killed one says nothing more). One before its first message is not counted: it
+        may have been killed. ``streams``: the tracker's."""
+        newest = newest_epochs(streams, endings.heard())
+        return [key for key, st in streams.items()
+                if st.frames and st.final_seq is None and key not in endings
+                and key not in self.silent and newest[key[0]] == key[1]]
+
+
+def newest_epochs(*keys: Iterable[SenderKey]) -> dict[str, int]:
+    """The newest epoch of each sender id in ``keys``."""
+    newest: dict[str, int] = {}
+    for some in keys:
+        for sid, epoch in some:
+            if newest.get(sid, -1) < epoch:
+                newest[sid] = epoch
+    return newest
 
 
 def began(st: Any) -> bool:
