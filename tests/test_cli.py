@@ -440,8 +440,9 @@ def test_a_mistyped_feedback_endpoint_is_named_and_does_not_end_the_receivers_wa
         tx = nakflow("send", "--data", fb, "--feedback", data, "--count", "100",
                      "--wait-timeout", "1")
         assert tx.returncode == 2, tx.stderr
-        assert (f"; {fb} (data): something listens there but closed the connection in "
-                "ZeroMQ's handshake: no receiver's data endpoint (are the data and feedback "
+        assert (f"; {fb} (data): a receiver's feedback endpoint, not its data endpoint (are "
+                f"the data and feedback endpoints swapped?); {data} (feedback): a receiver's "
+                "data endpoint, not its feedback endpoint (are the data and feedback "
                 "endpoints swapped?); ") in tx.stderr
         tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "100")
         assert tx.returncode == 0, tx.stderr
