@@ -1,13 +1,18 @@
-"""Arrow messages: row counts read from the IPC headers agree with pyarrow's decoding."""
+"""Arrow messages: row counts read from the IPC headers agree with pyarrow's decoding. The
+Parquet sink keeps every value of msgpack rows whose types show late."""
 
 from __future__ import annotations
 
 import random
 
+import msgpack
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from nakflow.arrow import ArrowDecodeError, encode_batch, rows_in
+from nakflow.core.receiver_core import Message
+from nakflow.live.sinks import ParquetSink
 
 
 def decoded_rows(payload: bytes) -> int:
@@ -73,3 +78,52 @@ def test_a_truncated_or_damaged_stream_raises_and_only_that() -> None:
         except ArrowDecodeError:
             raised += 1
     assert raised > 0
+
+
+def late_typed_row(i: int) -> dict:
+    """A row as the foreachPartition writer sends it (a msgpack map), whose types show
+    late: ``maybe`` is null in the first row (Spark's nullable column), ``amount`` whole
+    numbers until row 300, ``attrs`` (a Spark map) gains keys from row 200, and ``tag``
+    is an int until row 600, then a string."""
+    return {"id": i, "maybe": None if i % 3 == 0 else i,
+            "amount": i if i < 300 else i + 0.5,
+            "attrs": {f"k{i % 7 if i >= 200 else 0}": i},
+            "tag": i if i < 600 else f"t{i}"}
+
+
+@pytest.mark.parametrize("chunks", [
+    [1, 256, 256, 256, 231],  # the receiver's takes: the first one row, a null in it
+    [1, "end", 255, "end", 344, "end", 400],  # a stream ended (a file closed) in between
+])
+def test_the_parquet_sink_keeps_every_value_of_rows_whose_types_show_late(tmp_path, chunks):
+    """Before, a file's schema was inferred from the first rows and later rows were cast
+    into it: a null first row failed the sink (``Invalid null value``) and stopped the
+    receiver, 1.5 became 1 in an int column, and map keys not seen at first vanished."""
+    rows = [late_typed_row(i) for i in range(1_000)]
+    msgs = [Message("s", 0, i, 0.0, msgpack.packb(r)) for i, r in enumerate(rows)]
+    sink = ParquetSink(str(tmp_path))
+    at = 0
+    for chunk in chunks:
+        if chunk == "end":
+            sink.flush()
+            continue
+        sink.write(msgs[at:at + chunk])
+        at += chunk
+    sink.close()
+    assert sink.written == sink.rows == 1_000
+    files = sorted(tmp_path.glob("*.parquet"))
+    assert [str(f) for f in files] == sink.files and not list(tmp_path.glob("*.part"))
+    back = [row for f in files for row in pq.read_table(f).to_pylist()]
+    assert [r["id"] for r in back] == list(range(1_000))
+    for got, sent in zip(back, rows, strict=True):
+        assert got["maybe"] == sent["maybe"] and got["amount"] == sent["amount"]
+        assert {k: v for k, v in got["attrs"].items() if v is not None} == sent["attrs"]
+        assert got["tag"] == sent["tag"]
+    # every file's schema is the merge of those before it, but for the column whose type
+    # changed for good: up to it, the last file's schema reads them all
+    schemas = [pq.read_schema(f) for f in files]
+    ints = [s for s in schemas if s.field("tag").type == pa.int64()]
+    assert pa.types.is_string(schemas[-1].field("tag").type)
+    assert pq.read_table(files[:len(ints)], schema=ints[-1]).num_rows == 600
+    assert schemas[-1].field("amount").type == pa.float64()
+    assert schemas[-1].field("attrs").type.num_fields == 7

@@ -204,13 +204,18 @@ _SHELL_WORDS = frozenset(("if", "for", "while", "case", "{", "(", "exec", "read"
 class ParquetSink:
     """The rows as Parquet files in a directory (``--sink parquet:DIR``).
 
-    Arrow messages (the Spark data source's) are written as they are; msgpack rows (the
-    ``foreachPartition`` writer's maps) become columns, their types inferred from the
-    first rows. Rows are written in row groups of up to ROW_GROUP_ROWS; a file is closed
+    Arrow messages (the Spark data source's) are written as they are. msgpack rows (the
+    ``foreachPartition`` writer's maps) become columns, each chunk's types inferred from
+    its own rows and merged with what came before (``_merged``): a column null so far
+    takes the type of its first value, an int column a float's, a map (a struct here) the
+    union of the keys seen, so a value is never cast to a type it does not fit nor a key
+    dropped. Rows are written in row groups of up to ROW_GROUP_ROWS; a file is closed
     (renamed from ``.part`` to ``.parquet``, readable from then on) when a stream ends and
-    the queue is empty, when it holds FILE_ROWS rows, when the schema changes, and at the
-    receiver's stop (a signal too): nothing taken from the queue is left unwritten. Files
-    are ``part-<start>-<n>.parquet``, so a directory can be read as one dataset."""
+    the queue is empty, when it holds FILE_ROWS rows, when later rows need a wider schema
+    (the next file's is the merge of all before it, so the files read as one dataset with
+    schema merging) or one that does not merge (a column of ints, then of strings), and
+    at the receiver's stop (a signal too): nothing taken from the queue is left
+    unwritten. Files are ``part-<start>-<n>.parquet``."""
 
     ROW_GROUP_ROWS = 128 * 1024
     FILE_ROWS = 4 * 1024 * 1024
@@ -240,40 +245,73 @@ class ParquetSink:
         self.files: list[str] = []
         self._buf: list[Any] = []
         self._buf_rows = 0
+        self._buf_schema: Any = None  # the buffered batches' schemas merged
+        self._schema: Any = None  # the open file's, or the last file's
         self._writer: Any = None
         self._path = ""
         self._file_rows = 0
 
     def write(self, msgs: Sequence[Message]) -> None:
-        from ..arrow import ArrowDecodeError, to_record_batch
-
         if not msgs:
             return
-        try:
-            batch = to_record_batch(msgs, self._writer.schema if self._writer else None)
-        except (ArrowDecodeError, self.pa.ArrowInvalid, self.pa.ArrowTypeError) as exc:
-            raise SinkError(f"sink {self.name}: {exc}") from exc
-        if self._buf and batch.schema != self._buf[0].schema:
-            self._write_buffer()
-        self._buf.append(batch)
-        self._buf_rows += batch.num_rows
+        for batch in self._batches(msgs):
+            merged = self._merged(self._buf_schema, batch.schema)
+            if merged is None:  # a column's type changed for good: what came before goes
+                self._write_buffer()
+                merged = batch.schema
+            self._buf_schema = merged
+            self._buf.append(batch)
+            self._buf_rows += batch.num_rows
         self.written += len(msgs)
         if self._buf_rows >= self.ROW_GROUP_ROWS:
             self._write_buffer()
+
+    def _batches(self, msgs: Sequence[Message]) -> list[Any]:
+        """``msgs`` as record batches, each inferred from its own rows (nothing cast):
+        one, or, where a column's type changes within them, one per side of the change."""
+        from ..arrow import ArrowDecodeError, to_record_batch
+
+        try:
+            return [to_record_batch(msgs)]
+        except ArrowDecodeError as exc:
+            raise SinkError(f"sink {self.name}: {exc}") from exc
+        except (self.pa.ArrowInvalid, self.pa.ArrowTypeError) as exc:
+            if len(msgs) == 1:
+                raise SinkError(f"sink {self.name}: {exc}") from exc
+        half = len(msgs) // 2
+        return [*self._batches(msgs[:half]), *self._batches(msgs[half:])]
+
+    def _merged(self, old: Any, new: Any) -> Any:
+        """One schema for rows of ``old`` and of ``new`` (``old``'s columns first): a null
+        column takes the other's type, int64 and float64 make float64, structs the union
+        of their fields. None when a column's types do not merge (int64 and string)."""
+        if old is None or old == new:
+            return new
+        try:
+            return self.pa.unify_schemas([old, new], promote_options="permissive")
+        except (self.pa.ArrowInvalid, self.pa.ArrowTypeError, NotImplementedError):
+            return None
 
     def _write_buffer(self) -> None:
         if not self._buf:
             return
         import os
 
-        table = self.pa.Table.from_batches(self._buf)
-        self._buf, self._buf_rows = [], 0
+        schema = self._merged(self._schema, self._buf_schema)
+        if schema is None:  # a column changed its type for good: a file of its own
+            schema = self._buf_schema
+        # every batch in ``schema``: null columns filled, types widened, never narrowed
+        table = self.pa.concat_tables(
+            [schema.empty_table(), *(self.pa.Table.from_batches([b]) for b in self._buf)],
+            promote_options="permissive")
+        self._buf, self._buf_rows, self._buf_schema = [], 0, None
         try:
-            if self._writer is not None and table.schema != self._writer.schema:
-                self._close_file()
+            if self._writer is not None and schema != self._schema:
+                self._close_file()  # a wider schema, or one that does not merge
             if self._writer is None:
                 self._path = os.path.join(self.dir, f"{self.prefix}-{len(self.files):05d}")
-                self._writer = self.pq.ParquetWriter(self._path + ".part", table.schema)
+                self._writer = self.pq.ParquetWriter(self._path + ".part", schema)
+                self._schema = schema
             self._writer.write_table(table, row_group_size=self.ROW_GROUP_ROWS)
         except OSError as exc:
             raise SinkError(f"sink {self.name} failed: {exc}") from exc
