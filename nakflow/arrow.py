@@ -142,7 +142,8 @@ def to_record_batch(messages: Sequence[Message | bytes],
                     schema: pa.Schema | None = None) -> pa.RecordBatch:
     """One ``pyarrow.RecordBatch`` of ``messages``: Arrow messages as they are, msgpack
     rows (maps) converted with ``schema`` or, without it, pyarrow's inference. The batches
-    must share a schema; raises ArrowDecodeError for a payload that is neither."""
+    must share a schema; raises ArrowDecodeError for a payload that is neither, or that is
+    msgpack but not a map."""
     pa = _pa()
     batches: list[Any] = []
     rows: list[Any] = []
@@ -159,9 +160,13 @@ def to_record_batch(messages: Sequence[Message | bytes],
             batches.extend(decode_batches(payload))
             continue
         try:
-            rows.append(msgpack.unpackb(payload, raw=False, timestamp=3))
+            row = msgpack.unpackb(payload, raw=False, timestamp=3)
         except (ValueError, msgpack.UnpackException) as exc:
             raise ArrowDecodeError(f"payload is neither Arrow IPC nor msgpack: {exc}") from None
+        if not isinstance(row, dict):
+            raise ArrowDecodeError(f"a msgpack {type(row).__name__}, not a row (a map of "
+                                   "column name to value)")
+        rows.append(row)
     flush_rows()
     if not batches:
         return pa.RecordBatch.from_pylist([], schema=schema or pa.schema([]))

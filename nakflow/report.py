@@ -148,6 +148,9 @@ def _failures(snap: dict[str, Any]) -> list[str]:
     if snap.get("handler_errors"):
         out.append(f"the handler raised on {_n(snap['handler_errors'])} messages (logged)")
     sink = snap.get("sink")
+    if sink and sink.get("rejected"):
+        out.append(f"the sink could not write {_n(sink['rejected'])} messages (the first: "
+                   f"{sink['rejected_why']}); it wrote the others")
     if sink and sink.get("error"):
         out.append(f"the sink took {_n(sink['written'])} messages, not the other "
                    f"{_n(sink['not_written'])}: {sink['error']}")

@@ -174,6 +174,35 @@ def test_a_sink_that_dies_mid_stream_stops_the_service_with_1_and_says_what_it_w
             f"other {sink['not_written']:,}: sink cmd:head -n 100") in err
 
 
+def test_messages_the_parquet_sink_cannot_write_are_counted_and_the_rest_written(tmp_path):
+    """A msgpack int, bytes that are neither msgpack nor Arrow and an integer beyond int64,
+    among rows: each is left out and counted, every row around them is written, and the
+    receiver says so and exits 1. Before, the int raised TypeError out of the receive loop
+    (a traceback, the rest unwritten), and the junk stopped the sink."""
+    pytest.importorskip("pyarrow")
+    import msgpack
+    import pyarrow.parquet as pq
+
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--senders", "1", "--sink", f"parquet:{tmp_path / 'pq'}")
+    bad = [msgpack.packb(5), b"junk", msgpack.packb({"i": 2**64 - 1})]
+    with Sender(data, fb) as tx:
+        tx.wait_for_receivers(1, timeout=30)
+        tx.send_batch([msgpack.packb({"i": i}) for i in range(10)])
+        tx.send_batch(bad)
+        tx.send_batch([msgpack.packb({"i": i}) for i in range(10, 20)])
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 1, err
+    report = json.loads(out)
+    assert report["delivered"] == 23 and report["sink"]["error"] is None
+    assert (report["sink"]["written"], report["sink"]["rejected"]) == (20, 3)
+    assert pq.read_table(tmp_path / "pq").column("i").to_pylist() == list(range(20))
+    assert ("problem: the sink could not write 3 messages (the first: "
+            f"{report['senders'][0]['sender']} ") in err
+    assert ("seq 10: a msgpack int, not a row (a map of column name to value)); it wrote "
+            "the others") in err
+
+
 def test_a_handler_that_raises_is_a_problem_in_the_receivers_verdict():
     """``Receiver(handler=f)``: the messages ``f`` raised on are counted and logged, and
     the verdict (``receiver_verdict``, the CLI's last lines) says so, where it said

@@ -139,7 +139,7 @@ def test_service_drains_its_queue_into_the_sink_on_a_signal(tmp_path, signum):
     assert lines[7]["payload"] == {"id": 7, "name": "row-7"} and lines[7]["seq"] == 7
     assert report["delivered"] == 4_000 and report["queued"] == 0
     assert report["sink"] == {"target": f"file:{out}", "written": 4_000, "not_written": 0,
-                              "error": None}
+                              "error": None, "rejected": 0, "rejected_why": None}
 
 
 def test_service_pipes_json_lines_into_a_command(tmp_path):

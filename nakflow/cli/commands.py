@@ -460,7 +460,8 @@ def cmd_receive(args: argparse.Namespace) -> int:
     snap["process_cpu_s"] = round(time.process_time(), 3)  # every thread of the process
     if sink is not None:
         snap["sink"] = {"target": sink.name, "written": sink.written,
-                        "not_written": consumer.unsunk, "error": consumer.error}
+                        "not_written": consumer.unsunk, "error": consumer.error,
+                        "rejected": sink.rejected, "rejected_why": sink.rejected_why}
     verdict = receiver_verdict(snap, expect_senders=args.senders, service=not one_shot)
     snap["summary"] = verdict.line
     snap["problems"] = verdict.problems

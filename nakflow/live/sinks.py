@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
 import subprocess
 import sys
@@ -30,6 +31,8 @@ import msgpack
 
 from ..core.receiver_core import Message
 from ..errors import NakflowError
+
+log = logging.getLogger(__name__)
 
 SINK_HELP = ("'-' (stdout), 'file:PATH' (appended), 'cmd:COMMAND' (a shell command "
              "reading JSON lines on its stdin) or 'parquet:DIR' (the rows as Parquet files, "
@@ -93,6 +96,7 @@ class JsonLinesSink:
     def __init__(self, stream: str, out: IO[bytes], owned: bool, name: str) -> None:
         self.stream, self.out, self.owned, self.name = stream, out, owned, name
         self.written = 0
+        self.rejected, self.rejected_why = 0, None  # any payload makes a line
 
     def write(self, msgs: Sequence[Message]) -> None:
         if not msgs:
@@ -215,7 +219,9 @@ class ParquetSink:
     (the next file's is the merge of all before it, so the files read as one dataset with
     schema merging) or one that does not merge (a column of ints, then of strings), and
     at the receiver's stop (a signal too): nothing taken from the queue is left
-    unwritten. Files are ``part-<start>-<n>.parquet``."""
+    unwritten. A message that is no row (neither Arrow nor a msgpack map) or holds a value
+    Parquet cannot take (an integer beyond int64) is left out and counted (``rejected``);
+    the others are written. Files are ``part-<start>-<n>.parquet``."""
 
     ROW_GROUP_ROWS = 128 * 1024
     FILE_ROWS = 4 * 1024 * 1024
@@ -241,6 +247,8 @@ class ParquetSink:
             raise SinkError(f"--sink {self.name}: {directory} is not writable")
         self.prefix = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         self.written = 0  # messages handed over
+        self.rejected = 0  # messages that are no row it can write, left out
+        self.rejected_why: str | None = None  # the first of them, and why
         self.rows = 0  # rows in closed or open files
         self.files: list[str] = []
         self._buf: list[Any] = []
@@ -254,6 +262,7 @@ class ParquetSink:
     def write(self, msgs: Sequence[Message]) -> None:
         if not msgs:
             return
+        rejected = self.rejected
         for batch in self._batches(msgs):
             merged = self._merged(self._buf_schema, batch.schema)
             if merged is None:  # a column's type changed for good: what came before goes
@@ -262,24 +271,33 @@ class ParquetSink:
             self._buf_schema = merged
             self._buf.append(batch)
             self._buf_rows += batch.num_rows
-        self.written += len(msgs)
+        self.written += len(msgs) - (self.rejected - rejected)
         if self._buf_rows >= self.ROW_GROUP_ROWS:
             self._write_buffer()
 
     def _batches(self, msgs: Sequence[Message]) -> list[Any]:
         """``msgs`` as record batches, each inferred from its own rows (nothing cast):
-        one, or, where a column's type changes within them, one per side of the change."""
+        one, or, where a column's type changes within them, one per side of the change.
+        A message that is no row it can write (not Arrow nor a msgpack map, a number
+        beyond int64) is left out and counted: the others are written."""
         from ..arrow import ArrowDecodeError, to_record_batch
 
         try:
             return [to_record_batch(msgs)]
-        except ArrowDecodeError as exc:
-            raise SinkError(f"sink {self.name}: {exc}") from exc
-        except (self.pa.ArrowInvalid, self.pa.ArrowTypeError) as exc:
+        except (ArrowDecodeError, self.pa.ArrowException, OverflowError) as exc:
             if len(msgs) == 1:
-                raise SinkError(f"sink {self.name}: {exc}") from exc
+                self._reject(msgs[0], exc)
+                return []
         half = len(msgs) // 2
         return [*self._batches(msgs[:half]), *self._batches(msgs[half:])]
+
+    def _reject(self, msg: Message, exc: Exception) -> None:
+        self.rejected += 1
+        if self.rejected == 1:
+            self.rejected_why = (f"{msg.sender} epoch {msg.epoch} seq {msg.seq}: {exc}")
+            log.warning("sink %s cannot write the message %s; it and any other such are "
+                        "counted under the sink's 'rejected', the rest are written",
+                        self.name, self.rejected_why)
 
     def _merged(self, old: Any, new: Any) -> Any:
         """One schema for rows of ``old`` and of ``new`` (``old``'s columns first): a null
