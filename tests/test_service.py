@@ -142,6 +142,34 @@ def test_service_drains_its_queue_into_the_sink_on_a_signal(tmp_path, signum):
                               "error": None, "rejected": 0, "rejected_why": None}
 
 
+def test_every_payload_becomes_a_line_binary_and_out_of_range_ones_too(tmp_path):
+    """Whatever a sender's payload is, the JSON-line sink writes it and nothing is lost:
+    bytes that are neither msgpack nor UTF-8 (a protobuf, say) as ``payload_b64``, a
+    msgpack timestamp past year 9999 too. Before, the first ended the receiver with a
+    KeyError traceback, the second with an OverflowError."""
+    import base64
+    import os
+
+    out = tmp_path / "out.jsonl"
+    proc, ready = start_service(tmp_path, "--senders", "1", "--sink", f"file:{out}")
+    payloads = [os.urandom(24) + b"\xff" for _ in range(20)]
+    payloads += [msgpack.packb({"at": msgpack.Timestamp(2**40, 5)}), "héllo".encode(),
+                 msgpack.packb({"id": 1}), b""]
+    try:
+        with Sender(ready["data"], ready["feedback"], mode="nak", stream="svc") as tx:
+            tx.wait_for_receivers(1)
+            tx.send_batch(payloads)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert json.loads(stdout)["sink"]["written"] == len(lines) == len(payloads)
+    assert [base64.b64decode(x["payload_b64"]) for x in lines[:21]] == payloads[:21]
+    assert [x["payload"] for x in lines[21:]] == ["héllo", {"id": 1}, ""]
+
+
 def test_service_pipes_json_lines_into_a_command(tmp_path):
     out = tmp_path / "counted"
     command = f"{sys.executable} -c \"import sys; open({str(out)!r}, 'w').write(" \

@@ -78,13 +78,13 @@ def message_json(stream: str, msg: Message) -> str:
         record["payload"] = json_value(msgpack.unpackb(msg.payload, raw=False,
                                                        strict_map_key=False))
         return json.dumps(record, separators=(",", ":"), allow_nan=False)
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
+    except (ValueError, TypeError, OverflowError, msgpack.ExtraData, msgpack.FormatError,
             msgpack.StackError):
-        pass  # not msgpack, or a value JSON has no form for
+        pass  # not msgpack, or a value JSON has no form for (a date beyond year 9999)
     try:
-        record["payload"] = msg.payload.decode("utf-8")
+        record["payload"] = bytes(msg.payload).decode("utf-8")
     except UnicodeDecodeError:
-        del record["payload"]
+        record.pop("payload", None)
         record["payload_b64"] = base64.b64encode(msg.payload).decode("ascii")
     return json.dumps(record, separators=(",", ":"))
 
