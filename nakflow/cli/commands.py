@@ -320,6 +320,11 @@ class _Consumer:
             self.error, self.unsunk = str(exc), len(msgs)
             log.error("%s; stopping (messages not handed over are counted in the report)",
                       exc)
+        except Exception as exc:  # a sink's bug: reported as its failure, not a traceback
+            self.error = f"sink {self.sink.name} failed: {type(exc).__name__}: {exc}"
+            self.unsunk = len(msgs)
+            log.exception("%s; stopping (messages not handed over are counted in the "
+                          "report)", self.error)
 
 
 class _Waiting:
