@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 
@@ -424,3 +426,86 @@ def test_a_receiver_that_did_not_end_complete_is_a_warning_at_the_sender(
                  if "Confirmed(" in r.getMessage()]
     assert [lvl for lvl, msg in confirmed if "receiver='leaves'" in msg] == [logging.WARNING]
     assert [lvl for lvl, msg in confirmed if "receiver='stays'" in msg] == [logging.INFO]
+
+
+ASYNC_UNCLOSED = """
+import asyncio, sys
+from nakflow import AsyncSender
+
+async def main():
+    tx = AsyncSender(sys.argv[1], sys.argv[2], linger_s=10.0)  # the last frame is held
+    await tx.wait_for_receivers(timeout=30)
+    for i in range(500):
+        await tx.send(b"m%d" % i)
+
+asyncio.run(main())  # returns without close; the loop is gone before the exit
+"""
+
+
+def test_an_async_sender_the_program_did_not_close_leaves_at_exit_with_what_it_admitted():
+    """As the threaded Sender's exit hook (``tests/test_live.py``), for ``AsyncSender``:
+    at exit, after its loop is closed, it sends what it admitted, then BYE, and warns.
+    Before, it left in silence: the frame it held was lost and its receivers waited
+    ``sender_gone_s`` (10 s) to take it as gone."""
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
+        run = subprocess.run([sys.executable, "-c", ASYNC_UNCLOSED, rx.data_endpoints[0],
+                              rx.feedback_endpoints[0]], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0, run.stderr
+        assert ("was not closed when the program exited: it left without END (its "
+                "receivers report the stream incomplete); call 'await close()', or use "
+                "'async with AsyncSender(...)'") in run.stderr
+        got = [m.payload for m in rx.messages(senders=1, timeout=30)]
+        (stream,) = rx.snapshot()["senders"]
+    assert got == [b"m%d" % i for i in range(500)]
+    assert stream["left"] and stream["final_seq"] is None and stream["missing"] == 0
+
+
+ASYNC_FORKED = """
+import asyncio, os, sys
+from nakflow import AsyncReceiver, AsyncSender
+
+tx = AsyncSender(sys.argv[1], sys.argv[2])  # made at module level, used in one loop
+rx = AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+pid = os.fork()
+if pid == 0:  # the child: every use but close is refused, at once
+    async def child():
+        for use in (lambda: tx.send(b"child"), lambda: rx.get(timeout=30)):
+            try:
+                await use()
+            except Exception as exc:
+                print(type(exc).__name__, exc, flush=True)
+        await tx.close()
+        await rx.close()
+    asyncio.run(child())
+    os._exit(0)
+os.waitpid(pid, 0)
+
+async def parent():
+    await tx.wait_for_receivers(timeout=30)
+    await tx.send(b"parent-0")
+    await tx.send(b"parent-1")
+    await tx.close()
+    await rx.close()
+asyncio.run(parent())
+"""
+
+
+def test_an_async_sender_used_in_a_forked_child_says_so_and_the_parents_stream_is_whole():
+    """``fork`` after an AsyncSender (and an AsyncReceiver) was made: before, the child's
+    first wait hung for ever (the probe was killed after 60 s); now each use raises
+    LocalProtocolError saying why, the child's ``await close()`` does nothing, and the
+    parent's stream is whole."""
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
+        run = subprocess.run([sys.executable, "-c", ASYNC_FORKED, rx.data_endpoints[0],
+                              rx.feedback_endpoints[0]], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0, run.stderr
+        lines = run.stdout.splitlines()
+        assert [ln.split(" ", 2)[:2] for ln in lines] == [
+            ["LocalProtocolError", "AsyncSender"], ["LocalProtocolError", "AsyncReceiver"]], lines
+        assert all("and this process is a fork of it: ZeroMQ's sockets do not survive" in ln
+                   for ln in lines)
+        got = [m.payload for m in rx.messages(senders=1, timeout=30)]
+        (stream,) = rx.snapshot()["senders"]
+    assert got == [b"parent-0", b"parent-1"] and stream["status"] == "complete"

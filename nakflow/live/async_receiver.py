@@ -23,6 +23,7 @@ from ..wire import SenderKey
 from .async_common import IDLE_POLL_S, no_curve, shadow
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness
+from .lifetime import track
 
 
 class AsyncReceiver:
@@ -54,6 +55,8 @@ class AsyncReceiver:
         self._arrived = asyncio.Event()  # bound to the loop on first wait
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
+        track(self, ("start", "get", "get_many", "__aiter__", "messages", "done",
+                     "wait_for_ends"))
 
     receiver_id = property(lambda self: self.core.receiver_id)
 

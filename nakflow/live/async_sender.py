@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from ..core.sender_core import SenderCore
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
 from .async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
+from .lifetime import close_at_exit, track
 
 log = logging.getLogger("nakflow.live.async_sender")
 
@@ -57,6 +59,7 @@ class AsyncSender:
                                local=local, path=data_uris, rate_memory=RATE_MEMORY)
         self._on_event = on_event
         ctx: Any = context or zmq.asyncio.Context.instance()  # its sockets are asyncio's
+        self._ctx = ctx
         self._apub, _ = open_pub(ctx, data_uris, bind=False, options=options)
         self._asub, _ = open_sub(ctx, fb_uris, bind=False, options=options)
         self._pub, self._sub = shadow(self._apub), shadow(self._asub)
@@ -64,7 +67,9 @@ class AsyncSender:
         self._timer = LoopTimer(self._on_timer)
         self._progress = asyncio.Event()  # set whenever feedback or a timer was handled
         self._reader: asyncio.Task[None] | None = None
-        self._shut = False
+        self._shut, self._pid = False, os.getpid()
+        close_at_exit(self)  # aborted at interpreter exit unless closed
+        track(self, ("send", "try_send", "send_batch", "wait_for_receivers", "flush"))
 
     mode = property(lambda self: self.core.mode)
     sender_id = property(lambda self: self.core.sender_id)
@@ -149,13 +154,27 @@ class AsyncSender:
             self._transmit()  # waited for, and BYE goes out
             raise
         finally:
-            self._timer.cancel()
-            if self._reader is not None:
-                self._reader.cancel()
-            if self._watch is not None:
-                self._watch.close()
-            self._apub.close()
-            self._asub.close(0)
+            self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        self._timer.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._watch is not None:
+            self._watch.close()
+        self._apub.close()
+        self._asub.close(0)
+
+    def _leave_at_exit(self) -> bool | None:
+        """At interpreter exit, not closed (``live.lifetime``): ``abort`` without the loop,
+        which is gone: what was admitted goes out, then BYE."""
+        if self._shut or os.getpid() != self._pid:
+            return None
+        self._shut = True
+        self.core.abort(time.monotonic())
+        self._transmit()  # outside a loop: sends and logs, arms nothing
+        self._close_sockets()
+        return True
 
     async def abort(self) -> None:
         """Leave without END: receivers see this (sender, epoch) as incomplete."""

@@ -1,17 +1,20 @@
-"""What becomes of a live ``Sender`` or ``Receiver`` when its process forks or exits.
+"""What becomes of a live ``Sender`` or ``Receiver`` (threaded or asyncio) when its process
+forks or exits.
 
 **Fork.** ZeroMQ's sockets and the object's threads stay in the parent. In a child that
 ``fork`` made of its process (``multiprocessing``'s default start method on Linux, with
 one made at module level) a sender's first send waited for ever (its timer thread could
 hold the lock at the fork, and the sockets' I/O threads are gone), and so did a
-receiver's ``get``. Each one made is tracked (``track``); in a forked child it becomes an
-object whose every use but ``snapshot`` (and ``close``, which does nothing: the sockets
-are the parent's) raises ``LocalProtocolError`` saying why. The hot paths are untouched.
+receiver's ``get``; an ``AsyncSender``'s first wait too. Each one made is tracked
+(``track``); in a forked child it becomes an object whose every use but ``snapshot`` (and
+``close``, which does nothing, awaitable for the asyncio classes: the sockets are the
+parent's) raises ``LocalProtocolError`` saying why. The hot paths are untouched.
 
-**Exit.** A threaded sender the program did not close (``close_at_exit``) leaves at
-interpreter exit as ``abort`` does: what it admitted goes out, then BYE, and a warning
-names it. Before, the frame it still held was lost in silence (a script that sent 500
-and exited: 373 arrived) and its receivers waited ``sender_gone_s`` to take it as gone.
+**Exit.** A sender the program did not close (``close_at_exit``) leaves at interpreter
+exit as ``abort`` does: what it admitted goes out, then BYE, and a warning names it (an
+``AsyncSender`` without its loop, which ``asyncio.run`` has closed by then). Before,
+the frame it still held was lost in silence (a script that sent 500 and exited: 373
+arrived) and its receivers waited ``sender_gone_s`` to take it as gone.
 pyzmq does not terminate contexts at exit, so what a closed socket still holds dies with
 the process's I/O thread: a context left with no open socket is terminated, which waits
 for them to send it (up to their linger, 2 s); one with sockets the program left open is
@@ -24,6 +27,7 @@ left as it is after 1 s, with a warning.
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import os
 import threading
@@ -48,30 +52,46 @@ def track(obj: Any, refused: Sequence[str]) -> None:
 
 
 def close_at_exit(sender: Any) -> None:
-    """``sender`` is aborted at interpreter exit unless it was closed (its ``_finish``)."""
+    """``sender`` is aborted at interpreter exit unless it was closed: its
+    ``_leave_at_exit()`` says None (closed already, or a forked copy), False (a send holds
+    it) or True (it left as ``abort`` does); its ``_ctx`` is the context to terminate."""
     _OPEN.add(sender)
 
 
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
     kind = type(self).__mro__[1].__name__
     name = getattr(self, "sender_id", None) or getattr(self, "receiver_id", "")
+    threads = "" if _is_async(self) else f" and the {kind.lower()}'s threads"
     raise LocalProtocolError(
         f"{kind} {name} was created in process {self._made_in}, and this process is a fork "
-        f"of it: ZeroMQ's sockets and the {kind.lower()}'s threads do not survive a fork. "
+        f"of it: ZeroMQ's sockets{threads} do not survive a fork. "
         f"Create the {kind} in the process that uses it (after the fork; "
         "multiprocessing's 'spawn' start method does that)")
+
+
+def _is_async(obj: Any) -> bool:
+    """An asyncio class's object (its ``close`` is a coroutine)."""
+    return inspect.iscoroutinefunction(type(obj).close)
 
 
 def _nothing(self: Any, *args: Any, **kwargs: Any) -> None:
     """``close`` in a forked child: the sockets and threads are the parent's to close."""
 
 
+async def _nothing_awaited(self: Any, *args: Any, **kwargs: Any) -> None:
+    """An asyncio class's ``close`` in a forked child: as ``_nothing``, awaitable."""
+
+
 def _forked_class(cls: type, refused: Sequence[str]) -> type:
     forked = _FORKED.get(cls)
     if forked is None:
         body: dict[str, Any] = {name: _refuse for name in refused}
-        body.update(close=_nothing, abort=_nothing, __exit__=_nothing,
-                    __doc__=f"A {cls.__name__} in a forked child (``nakflow.live.lifetime``).")
+        if inspect.iscoroutinefunction(cls.close):  # type: ignore[attr-defined]
+            body.update(close=_nothing_awaited, abort=_nothing_awaited,
+                        __aexit__=_nothing_awaited)
+        else:
+            body.update(close=_nothing, abort=_nothing, __exit__=_nothing)
+        body["__doc__"] = f"A {cls.__name__} in a forked child (``nakflow.live.lifetime``)."
         forked = _FORKED[cls] = type(f"Forked{cls.__name__}", (cls,), body)
     return forked
 
@@ -86,16 +106,19 @@ def _in_forked_child() -> None:
 def _abort_at_exit() -> None:
     contexts = []
     for tx in list(_OPEN):
-        if tx._closed or os.getpid() != tx._pid:
+        left = tx._leave_at_exit()  # None: closed, or a forked copy
+        if left is None:
             continue
-        if not tx._finish(None, end=False, lock_s=1.0):  # a thread's send waits in it
+        if not left:  # a thread's send waits in it
             log.warning("sender %s was not closed when the program exited, and a send "
                         "still waits in it: left as it is (its receivers take it as gone "
                         "after sender_gone_s)", tx.sender_id)
             continue
+        closing = ("'await close()', or use 'async with AsyncSender(...)'" if _is_async(tx)
+                   else "'close()', or use 'with Sender(...)'")
         log.warning("sender %s was not closed when the program exited: it left without END "
-                    "(its receivers report the stream incomplete); call close(), or use "
-                    "'with Sender(...)', to end the stream", tx.sender_id)
+                    "(its receivers report the stream incomplete); call %s, to end the "
+                    "stream", tx.sender_id, closing)
         if tx._ctx not in contexts:
             contexts.append(tx._ctx)
     for ctx in contexts:

@@ -296,6 +296,12 @@ class Sender:
         task that failed and will be retried under a new epoch)."""
         self._finish(linger_s, end=False)
 
+    def _leave_at_exit(self) -> bool | None:
+        """At interpreter exit, not closed: ``abort`` (``live.lifetime``)."""
+        if self._closed or os.getpid() != self._pid:
+            return None
+        return self._finish(None, end=False, lock_s=1.0)
+
     def _finish(self, linger_s: float | None, *, end: bool, lock_s: float = -1) -> bool:
         """Close or abort; False if the lock was not had within ``lock_s`` (-1: wait)."""
         if self._closed:
