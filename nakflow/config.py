@@ -41,6 +41,15 @@ DEFAULT_CUT_FACTORS: Mapping[int, float] = {50: 0.9, 75: 0.7, 87: 0.5, 100: 0.25
 DEFAULT_RATE_SHARES: Mapping[int, float] = {50: 1.0, 75: 0.93, 87: 0.87, 100: 0.75}
 
 
+def no_nan(config: Any) -> None:
+    """Raise ConfigError for a float field that is NaN: every comparison with NaN is
+    false, so no bound a config checks would refuse it (``linger_s=nan`` was taken)."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and math.isnan(value):
+            raise ConfigError(f"{type(config).__name__}.{f.name} is NaN; give a number")
+
+
 def check_mode(mode: str) -> str:
     """Return ``mode`` if it names a flow-control policy, else raise ConfigError."""
     if mode not in MODES:
@@ -176,6 +185,7 @@ class NakConfig:
                                                    (0.05, 0.5))
 
     def __post_init__(self) -> None:
+        no_nan(self)
         if not (self.min_rate_msgs > 0 and math.isfinite(self.min_rate_msgs)):
             raise ConfigError("min_rate_msgs must be a finite number > 0")
         if not (self.max_rate_msgs >= self.min_rate_msgs and math.isfinite(self.max_rate_msgs)):
@@ -289,6 +299,7 @@ class AckConfig:
     sender_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
+        no_nan(self)
         if not self.sender_timeout_s > 0:
             raise ConfigError("sender_timeout_s must be > 0")
         if not self.receiver_timeout_s > 0 or not self.heartbeat_s > 0:
@@ -370,6 +381,7 @@ class RepairConfig:
     late_join: bool = True
 
     def __post_init__(self) -> None:
+        no_nan(self)
         if min(self.history_msgs, self.history_bytes, self.max_requests) < 1:
             raise ConfigError("history_msgs, history_bytes and max_requests must be >= 1")
         for name in ("history_age_s", "resend_window_s", "retry_s", "linger_max_s"):
@@ -437,6 +449,7 @@ class SenderConfig:
     receiver_gone_s: float = 5.0
 
     def __post_init__(self) -> None:
+        no_nan(self)
         check_mode(self.mode)
         if not self.stream or len(self.stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
@@ -502,6 +515,7 @@ class ReceiverConfig:
     test_data_loss: float = 0.0
 
     def __post_init__(self) -> None:
+        no_nan(self)
         check_mode(self.mode)
         if self.overflow not in OVERFLOW_POLICIES:
             raise ConfigError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")

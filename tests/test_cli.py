@@ -72,6 +72,9 @@ BAD = [
      "'localhost' is no address or interface of this machine; a receiver binds to one"),
     (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
       "--capacity", "-3"), "must be > 0"),
+    # nan passed every bound (each comparison is false): --duration nan ran for ever
+    (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+      "--duration", "nan"), "argument --duration: not a number: 'nan'"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--wait-timeout", "0.5"), "0 of 1 receivers answered"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",

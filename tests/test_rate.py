@@ -421,6 +421,28 @@ def test_config_rejects_nonsense():
     assert NakConfig(initial_rate_msgs=1e9).start_rate_msgs == NakConfig().max_rate_msgs
 
 
+def test_no_config_takes_nan_for_a_number():
+    """NaN passes every bound (each comparison with it is false): ``linger_s``,
+    ``hello_interval_s``, ``hold_s``, ``backoff_s`` and five more fields took it before.
+    Every float field of every config, the Spark writer's too, refuses it by name."""
+    import dataclasses
+
+    from nakflow.config import AckConfig, ReceiverConfig, RepairConfig, SenderConfig
+    from spark_adapter.config import WriterConfig
+
+    base = {WriterConfig: {"data": "tcp://127.0.0.1:1", "feedback": "tcp://127.0.0.1:2"}}
+    checked = 0
+    for cls in (NakConfig, AckConfig, RepairConfig, SenderConfig, ReceiverConfig,
+                WriterConfig):
+        for f in dataclasses.fields(cls):
+            default = cls(**base.get(cls, {}))
+            if isinstance(getattr(default, f.name), float) or "float" in str(f.type):
+                with pytest.raises(ConfigError, match=f"{cls.__name__}.{f.name} is NaN"):
+                    cls(**{**base.get(cls, {}), f.name: float("nan")})
+                checked += 1
+    assert checked >= 30
+
+
 naks = st.lists(st.tuples(st.floats(0.0, 0.5), st.sampled_from([1, 50, 60, 75, 87, 99, 100])),
                 max_size=60)
 

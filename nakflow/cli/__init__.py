@@ -47,6 +47,8 @@ def _number(kind: type, *, minimum: float, strict: bool) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value != value:  # nan: every comparison false, so no bound would refuse it
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}")
         if value < minimum or (strict and value == minimum):
             raise argparse.ArgumentTypeError(
                 f"must be {'>' if strict else '>='} {minimum:g}: {text!r}")
