@@ -72,6 +72,11 @@ BAD = [
      "'localhost' is no address or interface of this machine; a receiver binds to one"),
     (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
       "--capacity", "-3"), "must be > 0"),
+    # libzmq asserted (SIGABRT, no word) on a multicast endpoint without its interface
+    (("receive", "--data", "epgm://239.1.1.1:5555", "--feedback", "epgm://10.0.0.5;"
+      "239.1.1.2:5556"), "names no interface: write it as epgm://192.168.1.5;239.192.1.1:5555"),
+    (("send", "--data", "epgm://10.0.0.5;10.1.1.1:5555", "--feedback", "epgm://10.0.0.5;"
+      "239.1.1.2:5556"), "'10.1.1.1' is no IPv4 multicast group (224.0.0.0 to 239.255.255.255"),
     # nan passed every bound (each comparison is false): --duration nan ran for ever
     (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
       "--duration", "nan"), "argument --duration: not a number: 'nan'"),

@@ -30,7 +30,7 @@ IN_NETNS = os.environ.get("NAKFLOW_IN_NETNS") == "1"
 COUNT = 20_000
 DATA_GROUP = "epgm://127.0.0.1;239.192.30.1:7101"
 FEEDBACK_GROUP = "epgm://127.0.0.1;239.192.30.2:7102"
-INNER_TESTS = 4
+INNER_TESTS = 5
 pytestmark = [pytest.mark.multicast, pytest.mark.slow]
 inner = pytest.mark.skipif(not IN_NETNS, reason="runs inside a private netns (see last test)")
 
@@ -138,6 +138,21 @@ def test_shared_key_over_epgm_forgers_on_both_groups_have_no_effect(key_file: st
         assert "mallory" not in {s["sender"] for s in r["senders"]}
         assert r["auth"]["unsigned"] > 0 and r["auth"]["unknown_key"] > 0
         assert r["auth"]["replayed"] > 0 and r["malformed"] == 0
+
+
+@inner
+def test_a_group_openpgm_cannot_join_is_named_with_what_it_needs() -> None:
+    """An interface that is not this machine's: libzmq's own error was ``Invalid argument``
+    with nothing else, for a sender and a receiver alike."""
+    from nakflow import Receiver, Sender
+    from transports import EndpointError
+
+    bad = "epgm://10.9.9.9;239.192.30.1:7101"
+    for make in (Sender, Receiver):
+        with pytest.raises(EndpointError, match=r"cannot join epgm://10\.9\.9\.9;239\.192"
+                           r"\.30\.1:7101: OpenPGM refused it \(Invalid argument.*'10\.9\.9"
+                           r"\.9' must be an interface of this machine, up, with multicast on"):
+            make(bad, FEEDBACK_GROUP)
 
 
 @pytest.mark.skipif(IN_NETNS, reason="already inside the namespace")

@@ -12,6 +12,7 @@ multicast group and nobody needs a list of anybody.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import socket
 import time
@@ -120,6 +121,25 @@ def _check_port(uri: str, rest: str) -> None:
                             f"{' (or * to pick a free one)' if uri.startswith('tcp') else ''}")
 
 
+def _check_group(uri: str, rest: str) -> None:
+    """An (e)pgm endpoint is ``INTERFACE;GROUP:PORT``, the group an IPv4 multicast address.
+    libzmq asserts (the process aborts) on one without the interface."""
+    example = "epgm://192.168.1.5;239.192.1.1:5555"
+    iface, sep, group_port = rest.partition(";")
+    if not sep or not iface:
+        raise EndpointError(
+            f"endpoint {uri!r} names no interface: write it as {example} (the IPv4 address "
+            "of this machine's interface to send and join on, then the group)")
+    group = group_port.rpartition(":")[0]
+    try:
+        multicast = ipaddress.IPv4Address(group).is_multicast
+    except ValueError:
+        multicast = False
+    if not multicast:
+        raise EndpointError(f"endpoint {uri!r}: {group!r} is no IPv4 multicast group "
+                            f"(224.0.0.0 to 239.255.255.255; {example})")
+
+
 def is_multicast(uri: str) -> bool:
     return scheme_of(uri) in MULTICAST
 
@@ -166,6 +186,8 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
         scheme = scheme_of(u)
         if scheme in ("tcp", "epgm", "pgm"):
             _check_port(u, u.partition("://")[2])
+        if scheme in MULTICAST:
+            _check_group(u, u.partition("://")[2])
         if is_multicast(u) and not zmq.has("pgm"):
             raise EndpointError(
                 f"{u}: this pyzmq has no OpenPGM (zmq.has('pgm') is False); "
@@ -256,6 +278,19 @@ def _attach(sock: zmq.Socket[bytes], uris: Sequence[str], bind: bool) -> list[st
                     ) from None
                 raise
             bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        elif is_multicast(uri):
+            try:
+                sock.connect(uri)
+            except zmq.ZMQError as exc:
+                if exc.errno not in (errno.EINVAL, errno.ENODEV):
+                    raise
+                iface = uri.partition("://")[2].partition(";")[0]
+                raise EndpointError(
+                    f"cannot join {uri}: OpenPGM refused it ({exc.strerror}): {iface!r} must "
+                    "be an interface of this machine, up, with multicast on and a route for "
+                    "the group (ip link set IFACE up multicast on; ip route add 224.0.0.0/4 "
+                    "dev IFACE); naming it by its IPv4 address is the surest form "
+                    "(epgm://192.168.1.5;239.192.1.1:5555)") from None
         else:
             sock.connect(uri)
     return bound
