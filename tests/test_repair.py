@@ -157,6 +157,30 @@ def test_requests_wait_the_holdoff_then_retry_then_give_up():
     assert not t.with_gaps
 
 
+def test_a_gone_sender_is_given_up_on_for_all_its_stream_lacks_at_once():
+    """A small queue asks for its own drops a room's worth at a time. Once its sender is
+    gone (its requests unanswered max_requests times, nothing of the stream heard for
+    SENDER_SILENT_S), the rest will not come either: every gap of the stream is given up
+    in the same look. Before, the rest was asked for a room's worth at a time, each piece
+    max_requests times: a queue of 1 gave up 2,000 drops one message at a time, and a
+    wait for the stream's end (``messages(senders=1)``) ran out at 30 s with 272 given
+    up (a live probe, the consumer started after the sender's close)."""
+    t = SequenceTracker(repair=True)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, max_requests=2),
+                         capacity_msgs=10)
+    t.on_data("p", 1, 0, 2_000)
+    for seq in range(1, 2_000):
+        t.on_dropped("p", 1, seq)
+    t.on_end("p", 1, 2_000)
+    now, asked = 0.0, []
+    while now < SENDER_SILENT_S + 1.0:
+        asked += [r.ranges for r in rq.poll(0.0, now=now)]
+        now += 0.101
+    assert asked[:3] == [((1, 11),), ((1, 11),), ((1, 11),)]  # a room's worth, unanswered
+    assert rq.given_up == 1_999 and ("p", 1) not in t.with_gaps
+    assert [why for _key, _n, why in rq.take_given_up()] == ["unanswered"]
+
+
 def test_a_sender_that_answers_is_never_given_up_on():
     t = SequenceTracker(repair=True)
     rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0, retry_s=0.1, max_requests=2))

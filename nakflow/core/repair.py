@@ -10,9 +10,10 @@ that is still owed again every HOLD_RENEW_S), so the history still has them when
 comes however fast it moves on and however slowly the consumer gets there; so is
 what was sent before the receiver joined (late join), from its first look. After
 ``max_requests`` with nothing of that stream arriving in between, no repair, no DATA,
-no repeated END, for ``SENDER_SILENT_S`` at least (a sender gone or unreachable), a gap
-is given up: a sender that still sends, or lingers after END, is answering, however long
-its repairs wait for its rate limit. Requests are
+no repeated END, for ``SENDER_SILENT_S`` at least (a sender gone or unreachable), the
+stream's gaps are given up, all of them at once (what was not yet asked for will not come
+either): a sender that still sends, or lingers after END, is answering, however long its
+repairs wait for its rate limit. Requests are
 multicast feedback (REPAIR) like NAKs. No clock, no randomness of its own: ``now`` and
 ``rng`` come in.
 """
@@ -226,6 +227,15 @@ class RepairRequester:
             for g in gaps:
                 g.tries = min(g.tries, 1)
         silent = now - gaps.heard_at >= SENDER_SILENT_S
+        if silent and any(g.tries >= cfg.max_requests for g in gaps):
+            # its sender is gone: what else the stream lacks will not come either. Asked
+            # for a queue's room at a time, one gap after another, a queue of 1 gave up
+            # 2,000 drops one message per max_requests tries: minutes, while a wait for
+            # the stream's end waited (a live test found it after the sender's close)
+            for g in list(gaps):
+                gaps.give_up(g)
+                self.given_up += g.hi - g.lo
+            return [], math.inf
         ranges: list[tuple[int, int, bool]] = []
         next_due = math.inf
         for g in list(gaps):
@@ -247,10 +257,6 @@ class RepairRequester:
                     rest.due = now + self.retry_s / 4
                     next_due = min(next_due, rest.due)
                 free -= g.hi - g.lo
-            if g.tries >= cfg.max_requests and silent and not kept:
-                gaps.give_up(g)
-                self.given_up += g.hi - g.lo
-                continue
             g.tries += not kept
             g.due = now + self.retry_s
             next_due = min(next_due, g.due)
