@@ -462,13 +462,14 @@ def test_an_async_sender_the_program_did_not_close_leaves_at_exit_with_what_it_a
 
 
 ASYNC_FORKED = """
-import asyncio, os, sys
+import asyncio, os, signal, sys
 from nakflow import AsyncReceiver, AsyncSender
 
 tx = AsyncSender(sys.argv[1], sys.argv[2])  # made at module level, used in one loop
 rx = AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
 pid = os.fork()
 if pid == 0:  # the child: every use but close is refused, at once
+    signal.alarm(20)  # a child that hangs (the old code) ends itself: no orphan spins on
     async def child():
         for use in (lambda: tx.send(b"child"), lambda: rx.get(timeout=30)):
             try:

@@ -353,7 +353,7 @@ def test_an_unclosed_sender_whose_send_waits_in_a_thread_does_not_hold_the_exit(
 
 
 FORKED = """
-import os, sys
+import os, signal, sys
 from nakflow import Receiver, Sender
 tx = Sender(sys.argv[1], sys.argv[2])
 tx.wait_for_receivers(timeout=30)
@@ -361,6 +361,7 @@ tx.send(b"parent-0")
 rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
 pid = os.fork()
 if pid == 0:  # the child: every use but close is refused, at once
+    signal.alarm(20)  # a child that hangs (the old code) ends itself: no orphan spins on
     for use in (lambda: tx.send(b"child"), lambda: rx.get(timeout=30)):
         try:
             use()
