@@ -174,6 +174,13 @@ class NakflowStreamWriter(DataSourceStreamArrowWriter):
                     "it under the same sender ids (deduplicated)", batchId)
 
 
+#: What a read of the ``nakflow`` format says.
+READ_ONLY = ("the nakflow format only writes (df.write.format('nakflow'), "
+             "df.writeStream.format('nakflow')): receivers bind and take what senders push. "
+             "To read what arrived, run 'nakflow receive ... --sink parquet:DIR' and read "
+             "DIR with spark.read.parquet, or take it in Python with nakflow.Receiver")
+
+
 class NakflowDataSource(DataSource):
     """The ``nakflow`` format: ``spark.dataSource.register(NakflowDataSource)``, then
     ``df.write.format("nakflow").option("data", ...).option("feedback", ...).save()`` or
@@ -192,6 +199,20 @@ class NakflowDataSource(DataSource):
 
     def writer(self, schema: Any, overwrite: bool) -> NakflowArrowWriter:
         return NakflowArrowWriter(self._config(overwrite).pinned())
+
+    def schema(self) -> Any:
+        """Asked only by a read: Spark's own error was ``[NOT_IMPLEMENTED] schema is not
+        implemented``."""
+        raise ConfigError(READ_ONLY)
+
+    def reader(self, schema: Any) -> Any:
+        raise ConfigError(READ_ONLY)
+
+    def streamReader(self, schema: Any) -> Any:
+        raise ConfigError(READ_ONLY)
+
+    def simpleStreamReader(self, schema: Any) -> Any:
+        raise ConfigError(READ_ONLY)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> NakflowStreamWriter:
         return NakflowStreamWriter(self._config(overwrite))

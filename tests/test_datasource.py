@@ -111,6 +111,13 @@ def test_bad_options_fail_the_write_with_a_clear_error(spark):
     with pytest.raises(Exception, match="cannot overwrite"):
         (df.write.format("nakflow").mode("overwrite").option("data", "tcp://127.0.0.1:9")
          .option("feedback", "tcp://127.0.0.1:11").save())
+    # a read: Spark's own error was "[NOT_IMPLEMENTED] schema is not implemented"
+    for read in (lambda: spark.read.format("nakflow").load(),
+                 lambda: spark.read.schema("id long").format("nakflow").load().collect(),
+                 lambda: spark.readStream.format("nakflow").load()):
+        with pytest.raises(Exception, match=r"the nakflow format only writes .* To read what "
+                           r"arrived, run 'nakflow receive \.\.\. --sink parquet:DIR'"):
+            read()
 
 
 def _start_stream(args: list[str]) -> subprocess.Popen[str]:
