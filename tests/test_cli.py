@@ -155,6 +155,22 @@ def test_a_port_in_use_and_a_missing_authorized_dir_say_so(tmp_path) -> None:
                   "--curve-secret", str(keys / "r.key_secret"), "--curve-server-key",
                   str(keys / "r.key"), "--curve-authorized", str(tmp_path / "missing"))
     assert out.returncode == 2 and "is not a directory" in out.stderr
+    # a metrics port in use: the error was "[Errno 98] Address already in use", no more
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    try:
+        for command in (("receive",), ("send", "--count", "1", "--wait-timeout", "1")):
+            out = nakflow(*command, "--data", endpoints()[0], "--feedback", endpoints()[1],
+                          "--metrics-port", str(port))
+            assert out.returncode == 2, out.stderr
+            assert errors_of(out) == [
+                f"nakflow {command[0]}: error: cannot serve metrics on http://127.0.0.1:{port}"
+                "/metrics: the port is in use (another receiver's or sender's "
+                "--metrics-port?); pick another, or 0 for any free one"]
+    finally:
+        held.close()
 
 
 def test_verdicts_and_exit_status_of_a_clean_run() -> None:

@@ -15,9 +15,12 @@ receiver id), ``stream`` and ``mode``. Names and units follow Prometheus convent
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
+
+from transports import EndpointError
 
 try:
     from prometheus_client import CollectorRegistry, push_to_gateway, start_http_server
@@ -220,7 +223,15 @@ class MetricsServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = SnapshotCollector()
         self.registry.register(self.collector)
-        self._server, self._thread = start_http_server(port, addr, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr, registry=self.registry)
+        except OSError as exc:  # its own error named neither the address nor the port
+            why = {errno.EADDRINUSE: "the port is in use (another receiver's or sender's "
+                                     "--metrics-port?); pick another, or 0 for any free one",
+                   errno.EADDRNOTAVAIL: f"{addr} is no address of this machine"}.get(
+                       exc.errno or 0, exc.strerror or str(exc))
+            raise EndpointError(f"cannot serve metrics on http://{addr}:{port}/metrics: "
+                                f"{why}") from None
         self.addr = addr
         self.port: int = self._server.server_port
 
