@@ -74,6 +74,9 @@ def register(sub: Any) -> None:
                    help="... this long after it started")
     p.add_argument("--receivers", action="append", default=[], metavar="DATA,FEEDBACK",
                    help="an external receiver's endpoints (repeatable); none are started then")
+    p.add_argument("--stream", default="default",
+                   help="the external receivers' stream, as their 'nakflow receive --stream' "
+                        "(default: default, receive's own)")
     p.add_argument("--batch-rows", type=_positive_int, default=128,
                    help="rows per message (the data source) or per DATA frame (foreach)")
     p.add_argument("--writer", default="datasource", choices=("datasource", "foreach"),
@@ -86,14 +89,23 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_eval)
 
 
+#: What a task of nakflow's raises that says what went wrong in one line: a receiver
+#: lacked rows, a peer ran another mode or key, nobody answered the wait (which names
+#: what is wrong where), an endpoint or an option nakflow cannot use.
+TASK_ERRORS = ("IncompleteDelivery", "PeerMismatch", "KeyMismatch", "TimeoutError",
+               "EndpointError", "ConfigError")
+
+
 def task_failure(exc: BaseException) -> str | None:
-    """The line of a Spark job failure that nakflow raised in a task (a receiver lacked
-    rows, a peer ran another mode or key), else None."""
+    """The line of a Spark job failure that nakflow raised in a task (``TASK_ERRORS``),
+    the last one named (the worker's own, after Spark's wrapping), else None. Before a
+    wait that ran out ended ``nakflow eval`` with two Python tracebacks."""
+    found = None
     for line in str(exc).splitlines():
-        for name in ("IncompleteDelivery", "PeerMismatch"):
-            if name + ":" in line:
-                return line[line.index(name):].strip()
-    return None
+        for name in TASK_ERRORS:
+            if line.lstrip().startswith(name + ":") or f".{name}:" in line:
+                found = line[line.index(name):].strip()
+    return found
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -107,7 +119,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                      modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
                      slow_rate=args.slow_rate, capacity=args.capacity,
                      stall_for_s=args.stall_for, stall_at_s=args.stall_at,
-                     receivers=parse_receivers(args.receivers), batch_rows=args.batch_rows,
+                     receivers=parse_receivers(args.receivers), stream=args.stream,
+                     batch_rows=args.batch_rows,
                      writer=args.writer)
     with contextlib.ExitStack() as stack:
         if args.standalone:

@@ -58,6 +58,8 @@ class EvalConfig:
     stall_at_s: float = 2.0
     #: External receivers as (data URIs, feedback URIs); empty: start local ones.
     receivers: tuple[tuple[str, str], ...] = ()
+    #: The external receivers' stream (``nakflow receive --stream``; its default there).
+    stream: str = "default"
     #: Rows per DATA frame (``foreach``); rows per Arrow message (``datasource``).
     batch_rows: int = 128
     #: How the job sends: ``datasource`` (``df.write.format("nakflow")``, Arrow messages
@@ -149,7 +151,7 @@ def run_mode(spark: Any, df: Any, mode: str, cfg: EvalConfig, *, rows: int,
     if cfg.receivers:
         data = ",".join(d for d, _ in cfg.receivers)
         feedback = ",".join(f for _, f in cfg.receivers)
-        wcfg = WriterConfig(data, feedback, mode=mode, stream=STREAM, run_id=run_id,
+        wcfg = WriterConfig(data, feedback, mode=mode, stream=cfg.stream, run_id=run_id,
                             wait_receivers=len(cfg.receivers), batch_rows=cfg.batch_rows,
                             arrow_rows=cfg.batch_rows)
         t0 = time.monotonic()

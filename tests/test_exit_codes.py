@@ -91,6 +91,22 @@ def test_a_receiver_with_another_shared_key_is_named_when_the_wait_runs_out(tmp_
     assert "no receiver answered" in line and "sealed with another shared key" in line, line
 
 
+def test_a_wait_that_reached_every_receiver_but_heard_no_answer_says_so():
+    """Another stream: the receiver is up and takes the connection, but never answers.
+    The error said only "0 of 1 receivers answered"; it now says the endpoints were
+    reached, and what makes a receiver that is up stay silent."""
+    from nakflow import Receiver
+    from transports.channels import REACHED_BUT_SILENT
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", stream="orders") as rx, \
+            Sender(rx.data_endpoints, rx.feedback_endpoints, stream="order") as tx, \
+            pytest.raises(TimeoutError) as err:
+        tx.wait_for_receivers(timeout=0.5)
+    assert str(err.value) == (f"0 of 1 receivers answered in 0.5 s on {rx.data_endpoints[0]}; "
+                              f"{REACHED_BUT_SILENT}")
+    assert "only its own stream, --stream" in REACHED_BUT_SILENT
+
+
 def test_peer_mismatch_in_python():
     from nakflow import Receiver
 

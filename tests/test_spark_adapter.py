@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import msgpack
 import pytest
@@ -194,6 +195,32 @@ def test_eval_reads_its_rows_from_a_csv_or_parquet_file(spark, tmp_path):
     again = EvalConfig(input_path=str(tmp_path / "rows"))  # a directory: parquet
     assert again.read_format == "parquet"
     assert sorted(r.id for r in load_input(spark, again).collect()) == list(range(2_000))
+
+
+@on_local
+def test_eval_sends_to_receivers_started_with_receives_defaults_and_names_a_mismatch(spark):
+    """``nakflow eval --receivers``: receivers started as the docs say (``nakflow receive
+    --mode M``, its default stream). Before, eval sent on a stream of its own ("eval"), so
+    such receivers never answered: every task waited 30 s, and eval ended with two
+    Python tracebacks. A receiver of another mode fails the job at once, and
+    ``task_failure`` gives the one line ``nakflow eval`` prints."""
+    from spark_adapter.cli import task_failure
+
+    rx = Collecting(1, "ack", stream="default")
+    try:
+        cfg = EvalConfig(rows=2_000, partitions=2, modes=("ack",), writer="foreach",
+                         receivers=((rx.data[0], rx.feedback[0]),))
+        result = run_eval(spark, cfg)
+        assert sum(s["rows"] for s in result["runs"][0]["senders"]) == 2_000
+        with pytest.raises(Exception) as failed:
+            run_eval(spark, replace(cfg, modes=("nak",)))
+        line = task_failure(failed.value)
+        assert line is not None and re.fullmatch(
+            r"PeerMismatch: receiver r-\w+ runs mode 'ack', this sender runs 'nak' \(check "
+            r"every side's --mode\)", line), line
+    finally:
+        rx.close()
+    assert sorted(rx.ids[0]) == list(range(2_000))
 
 
 @on_local

@@ -494,8 +494,17 @@ def with_reach(err: Exception, data: Sequence[str], feedback: Sequence[str],
         return err
     targets = [(e, "data") for e in data] + [(e, "feedback") for e in feedback]
     found = probe(targets, options, timeout_s)
-    return TimeoutError("; ".join([str(err), *(f"{e} ({channel}): {why}"
-                                                for (e, channel), why in found.items())]))
+    said = [str(err), *(f"{e} ({channel}): {why}" for (e, channel), why in found.items())]
+    if not found and all(scheme_of(e) in ("tcp", "ipc") for e, _ in targets):
+        said.append(REACHED_BUT_SILENT)
+    return TimeoutError("; ".join(said))
+
+
+#: A wait that ran out where every endpoint took the probe's connection and handshake.
+REACHED_BUT_SILENT = ("every endpoint accepts this sender's connection and handshake: the "
+                      "receivers there are up but did not answer its HELLO (a receiver "
+                      "answers only its own stream, --stream, and with a shared key only "
+                      "frames sealed with it)")
 
 
 def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,
