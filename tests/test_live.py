@@ -395,3 +395,41 @@ def test_a_sender_used_in_a_forked_child_says_so_and_the_parents_stream_is_whole
         got = [m.payload for m in rx.messages(senders=1, timeout=30)]
         (stream,) = rx.snapshot()["senders"]
     assert got == [b"parent-0", b"parent-1"] and stream["status"] == "complete"
+
+
+def test_a_receiver_with_a_handler_refuses_other_takers_and_the_handler_gets_all():
+    """``Receiver(handler=f)`` and ``messages()`` on one receiver: each took some of the
+    messages, and ``messages()`` returned 0 of 100 in silence (the handler had them)."""
+    from nakflow import LocalProtocolError
+
+    got: list[int] = []
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", handler=lambda m: got.append(
+            m.seq)) as rx:
+        with Sender(rx.data_endpoints, rx.feedback_endpoints) as tx:
+            tx.wait_for_receivers(timeout=10)
+            tx.send_batch([b"x"] * 100)
+        for take in (lambda: list(rx.messages(senders=1, timeout=10)),
+                     lambda: rx.get(timeout=1), lambda: next(iter(rx))):
+            with pytest.raises(LocalProtocolError, match="hands every message to its handler"):
+                take()
+        assert rx.wait_for_ends(1, 30) and rx.wait_drained(30)
+    assert got == list(range(100))
+
+
+def test_messages_of_a_closed_receiver_yields_what_is_queued_then_says_it_is_closed():
+    """A receiver closed before its senders finished can never finish: ``messages()``
+    waited its whole timeout and said "0 of 2 senders finished within 30 s"."""
+    from nakflow import LocalProtocolError
+
+    rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    with Sender(rx.data_endpoints, rx.feedback_endpoints) as tx:
+        tx.wait_for_receivers(timeout=10)
+        tx.send_batch([b"%d" % i for i in range(10)])
+    assert rx.wait_for_ends(1, 30)
+    rx.close()
+    taken: list[bytes] = []
+    with pytest.raises(LocalProtocolError, match=r"is closed: 1 of 2 senders finished, and "
+                                                 r"nothing more can arrive"):
+        for msg in rx.messages(senders=2, timeout=30):
+            taken.append(msg.payload)
+    assert taken == [b"%d" % i for i in range(10)]  # what was queued came first

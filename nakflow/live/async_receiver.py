@@ -24,6 +24,7 @@ from .async_common import IDLE_POLL_S, no_curve, shadow
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness
 from .lifetime import track
+from .receiver import closed_before_done
 
 
 class AsyncReceiver:
@@ -157,6 +158,8 @@ class AsyncReceiver:
                 yield msg
             if not batch and self.done(senders):
                 return
+            if not batch and self._queue.closed and not len(self._queue):
+                raise closed_before_done(self.receiver_id, self._queue.finished(), senders)
             if time.monotonic() >= end:
                 raise TimeoutError(f"{self._queue.finished()} of {senders} senders finished "
                                    f"within {timeout} s")

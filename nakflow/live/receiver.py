@@ -22,6 +22,7 @@ from transports import SocketOptions, drain, open_receiver_sockets
 
 from ..config import OVERFLOW_POLICIES, ReceiverConfig, with_overrides
 from ..core.receiver_core import Message, ReceiverCore
+from ..errors import LocalProtocolError
 from ..events import Event
 from ..wire import SenderKey
 from .delivery_queue import DeliveryQueue
@@ -32,6 +33,15 @@ __all__ = ["OVERFLOW_POLICIES", "Message", "Receiver"]
 
 log = logging.getLogger("nakflow.live.receiver")
 IDLE_POLL_S = 0.1  # longest the I/O thread sleeps with nothing due (close() also wakes it)
+
+
+def closed_before_done(receiver_id: str, finished: int, senders: int) -> LocalProtocolError:
+    """What ``messages()`` raises once its receiver is closed and drained before its
+    senders finished: nothing more can arrive (it waited its whole timeout, then said how
+    many had finished)."""
+    return LocalProtocolError(
+        f"receiver {receiver_id} is closed: {finished} of {senders} senders finished, and "
+        "nothing more can arrive (messages() before close(), or before the with block ends)")
 
 
 class Receiver:
@@ -108,6 +118,11 @@ class Receiver:
 
     def get_many(self, max_n: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_n`` messages; waits up to ``timeout`` for the first one."""
+        if self._consumer is not None and self._consumer is not threading.current_thread():
+            raise LocalProtocolError(
+                f"receiver {self.receiver_id} hands every message to its handler (handler=): "
+                "get, get_many, messages and iteration would take some of them from it. "
+                "Use one or the other; wait_for_ends and wait_drained say when they are over")
         return self._queue.take(max_n, timeout)
 
     def __iter__(self) -> Iterator[Message]:
@@ -125,6 +140,8 @@ class Receiver:
             yield from batch
             if not batch and self.done(senders):
                 return
+            if not batch and self._queue.closed and not len(self._queue):
+                raise closed_before_done(self.receiver_id, self.finished(), senders)
             if time.monotonic() >= end:
                 raise TimeoutError(f"{self.finished()} of {senders} senders finished within "
                                    f"{timeout} s")
