@@ -157,9 +157,10 @@ class AsyncSender:
             self._close_sockets()
 
     def _close_sockets(self) -> None:
-        self._timer.cancel()
-        if self._reader is not None:
-            self._reader.cancel()
+        with contextlib.suppress(RuntimeError):  # a loop closed with them pending (exit)
+            self._timer.cancel()
+            if self._reader is not None:
+                self._reader.cancel()
         if self._watch is not None:
             self._watch.close()
         self._apub.close()

@@ -61,7 +61,7 @@ def close_at_exit(sender: Any) -> None:
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
     kind = type(self).__mro__[1].__name__
     name = getattr(self, "sender_id", None) or getattr(self, "receiver_id", "")
-    threads = "" if _is_async(self) else f" and the {kind.lower()}'s threads"
+    threads = "" if _is_async(type(self)) else f" and the {kind.lower()}'s threads"
     raise LocalProtocolError(
         f"{kind} {name} was created in process {self._made_in}, and this process is a fork "
         f"of it: ZeroMQ's sockets{threads} do not survive a fork. "
@@ -69,9 +69,9 @@ def _refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
         "multiprocessing's 'spawn' start method does that)")
 
 
-def _is_async(obj: Any) -> bool:
-    """An asyncio class's object (its ``close`` is a coroutine)."""
-    return inspect.iscoroutinefunction(type(obj).close)
+def _is_async(cls: type) -> bool:
+    """An asyncio class (its ``close`` is a coroutine)."""
+    return inspect.iscoroutinefunction(getattr(cls, "close", None))
 
 
 def _nothing(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -86,7 +86,7 @@ def _forked_class(cls: type, refused: Sequence[str]) -> type:
     forked = _FORKED.get(cls)
     if forked is None:
         body: dict[str, Any] = {name: _refuse for name in refused}
-        if inspect.iscoroutinefunction(cls.close):  # type: ignore[attr-defined]
+        if _is_async(cls):
             body.update(close=_nothing_awaited, abort=_nothing_awaited,
                         __aexit__=_nothing_awaited)
         else:
@@ -106,7 +106,12 @@ def _in_forked_child() -> None:
 def _abort_at_exit() -> None:
     contexts = []
     for tx in list(_OPEN):
-        left = tx._leave_at_exit()  # None: closed, or a forked copy
+        try:
+            left = tx._leave_at_exit()  # None: closed, or a forked copy
+        except Exception:  # the exit goes on whatever one sender does
+            log.exception("sender %s was not closed when the program exited, and leaving "
+                          "failed", tx.sender_id)
+            continue
         if left is None:
             continue
         if not left:  # a thread's send waits in it
@@ -114,7 +119,8 @@ def _abort_at_exit() -> None:
                         "still waits in it: left as it is (its receivers take it as gone "
                         "after sender_gone_s)", tx.sender_id)
             continue
-        closing = ("'await close()', or use 'async with AsyncSender(...)'" if _is_async(tx)
+        closing = ("'await close()', or use 'async with AsyncSender(...)'"
+                   if _is_async(type(tx))
                    else "'close()', or use 'with Sender(...)'")
         log.warning("sender %s was not closed when the program exited: it left without END "
                     "(its receivers report the stream incomplete); call %s, to end the "
