@@ -78,7 +78,7 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     missing = sum(by_reason.values())
     queued = snap.get("queued", 0)
     delivered = max(0, total - missing - queued)
-    ended = len({s["sender"] for s in streams if s["final_seq"] is not None})
+    ended = len({s["sender"] for s in streams if s["final_seq"] is not None})  # ids
     line = (f"delivered {_n(delivered)} of {_n(total)} from {len(streams)} "
             f"sender{'s' if len(streams) != 1 else ''}, {_n(missing)} missing")
     rows = snap.get("rows")
@@ -100,7 +100,8 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
         problems.append(f"{_n(missing)} messages missing ({reasons})")
     if queued:
         line += f", {_n(queued)} still queued"
-    open_streams = len(streams) - ended
+    # streams, not ids: a task and its speculative copy (one id) may both end
+    open_streams = sum(1 for s in streams if s["final_seq"] is None)
     silent = min(open_streams, snap.get("senders_silent", 0))  # core.silence
     if open_streams:
         line += f"; {open_streams} without END"
@@ -112,7 +113,10 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
         if not service:  # a service is judged on what it got (its log names the silent)
             problems.append(f"{open_streams} sender(s) sent no END ({why})")
     if expect_senders is not None and ended < expect_senders:
-        problems.append(f"END from {ended} of the {expect_senders} senders expected")
+        ids = len({s["sender"] for s in streams})
+        shared = ("" if ids == len(streams) else f" (senders counted by id: the {len(streams)} "
+                  f"streams came from {ids}, as a task's attempts share its id)")
+        problems.append(f"END from {ended} of the {expect_senders} senders expected{shared}")
     if not streams and not service:
         other = snap.get("foreign_stream")
         problems.append(

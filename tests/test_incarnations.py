@@ -245,6 +245,17 @@ def test_both_attempts_of_a_speculative_task_count_as_one_sender():
     assert ids.when(1) < 1.0  # p0 ended (twice) before p1 began
     assert ids.when(2) >= ids.ended_at[("p1", 1)]
     assert ids.finished[-1][1] == 2
+    # the verdict: three streams, all ended. It said "1 without END" (ids subtracted from
+    # streams), and for three tasks expected gave no hint that ids are counted
+    from nakflow.report import receiver_verdict
+
+    snap = ids.rx.snapshot(ids.link.now)
+    verdict = receiver_verdict(snap, expect_senders=2)
+    assert (verdict.line, verdict.problems) == (
+        "delivered 6,000 of 6,000 from 3 senders, 0 missing", [])
+    assert receiver_verdict(snap, expect_senders=3).problems == [
+        "END from 2 of the 3 senders expected (senders counted by id: the 3 streams came "
+        "from 2, as a task's attempts share its id)"]
 
 
 def test_a_sender_that_left_without_end_and_has_no_retry_counts_after_the_wait():
