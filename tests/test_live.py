@@ -433,3 +433,37 @@ def test_messages_of_a_closed_receiver_yields_what_is_queued_then_says_it_is_clo
         for msg in rx.messages(senders=2, timeout=30):
             taken.append(msg.payload)
     assert taken == [b"%d" % i for i in range(10)]  # what was queued came first
+
+
+def test_messages_waits_for_more_senders_still_sending_than_it_was_told():
+    """``messages(senders=1)`` while two senders send (a Spark job with more partitions
+    than the receiver was told): the first ends while the second pauses mid-stream.
+    Before, the loop ended there, and the second's rest never reached the application
+    (``nakflow receive --senders N`` already waited for it)."""
+    a_closed = threading.Event()
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
+        eps = rx.data_endpoints, rx.feedback_endpoints
+
+        def b() -> None:
+            with Sender(*eps, sender_id="b") as tx:
+                tx.wait_for_receivers(timeout=10)
+                tx.send_batch([b"b%d" % i for i in range(100)])
+                tx.poll()
+                assert a_closed.wait(30)
+                time.sleep(0.5)  # a pause mid-stream, ten times the loop's look
+                tx.send_batch([b"b%d" % i for i in range(100, 200)])
+
+        sender_b = threading.Thread(target=b)
+        sender_b.start()
+        deadline = time.monotonic() + 30
+        while not any(s["sender"] == "b" and s["received"] for s in rx.snapshot()["senders"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with Sender(*eps, sender_id="a") as tx:
+            tx.wait_for_receivers(timeout=10)
+            tx.send_batch([b"a%d" % i for i in range(10)])
+        a_closed.set()
+        got = [m.payload for m in rx.messages(senders=1, timeout=30)]
+        sender_b.join(30)
+    assert sorted(got) == sorted([b"a%d" % i for i in range(10)]
+                                 + [b"b%d" % i for i in range(200)])

@@ -57,7 +57,7 @@ class AsyncReceiver:
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
         track(self, ("start", "get", "get_many", "__aiter__", "messages", "done",
-                     "wait_for_ends"))
+                     "live_streams", "wait_for_ends"))
 
     receiver_id = property(lambda self: self.core.receiver_id)
 
@@ -149,20 +149,24 @@ class AsyncReceiver:
 
     async def messages(self, senders: int = 1,
                        timeout: float | None = 30.0) -> AsyncIterator[Message]:
-        """As ``Receiver.messages``: ``senders`` senders (ids) until they are over here;
-        TimeoutError after ``timeout`` s."""
+        """As ``Receiver.messages``: ``senders`` senders (ids) until they are over here
+        and no other stream is still going; TimeoutError after ``timeout`` s."""
         end = math.inf if timeout is None else time.monotonic() + timeout
         while True:
             batch = await self.get_many(256, timeout=0.05)
             for msg in batch:
                 yield msg
-            if not batch and self.done(senders):
+            if not batch and self.done(senders) and not self.live_streams():
                 return
             if not batch and self._queue.closed and not len(self._queue):
                 raise closed_before_done(self.receiver_id, self._queue.finished(), senders)
             if time.monotonic() >= end:
                 raise TimeoutError(f"{self._queue.finished()} of {senders} senders finished "
                                    f"within {timeout} s")
+
+    def live_streams(self) -> list[SenderKey]:
+        """As ``Receiver.live_streams``: the streams still going."""
+        return self.core.live_streams()
 
     def done(self, senders: int) -> bool:
         """``senders`` finished, no repair awaited, the queue empty."""

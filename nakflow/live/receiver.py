@@ -132,13 +132,15 @@ class Receiver:
 
     def messages(self, senders: int = 1, timeout: float | None = 30.0) -> Iterator[Message]:
         """The messages of ``senders`` senders (ids: ``finished``) until they are over here
-        (``done``); raises TimeoutError after ``timeout`` s (None: no limit; a sender that
-        died without END is finished only after ``sender_gone_s``)."""
+        (``done``) and no other stream is still going (``live_streams``: more senders than
+        ``senders``, whose rest would be cut off); raises TimeoutError after ``timeout`` s
+        (None: no limit; a sender that died without END is finished only after
+        ``sender_gone_s``)."""
         end = math.inf if timeout is None else time.monotonic() + timeout
         while True:
             batch = self.get_many(256, timeout=0.05)
             yield from batch
-            if not batch and self.done(senders):
+            if not batch and self.done(senders) and not self.live_streams():
                 return
             if not batch and self._queue.closed and not len(self._queue):
                 raise closed_before_done(self.receiver_id, self.finished(), senders)
