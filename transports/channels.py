@@ -121,6 +121,11 @@ def _check_port(uri: str, rest: str) -> None:
                             f"{' (or * to pick a free one)' if uri.startswith('tcp') else ''}")
 
 
+#: The longest ipc path, bytes: ``sockaddr_un.sun_path`` (a sender's connect said only
+#: "File name too long").
+IPC_PATH_MAX = getattr(zmq, "IPC_PATH_MAX_LEN", 107) or 107
+
+
 def _check_group(uri: str, rest: str) -> None:
     """An (e)pgm endpoint is ``INTERFACE;GROUP:PORT``, the group an IPv4 multicast address.
     libzmq asserts (the process aborts) on one without the interface."""
@@ -188,6 +193,11 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
             _check_port(u, u.partition("://")[2])
         if scheme in MULTICAST:
             _check_group(u, u.partition("://")[2])
+        if scheme == "ipc" and len(u.partition("://")[2].encode()) > IPC_PATH_MAX:
+            raise EndpointError(
+                f"endpoint {u!r}: an ipc path holds at most {IPC_PATH_MAX} bytes (a Unix "
+                f"socket's), this one {len(u.partition('://')[2].encode())}: pick a shorter "
+                "path")
         if is_multicast(u) and not zmq.has("pgm"):
             raise EndpointError(
                 f"{u}: this pyzmq has no OpenPGM (zmq.has('pgm') is False); "
