@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 
+from .errors import ConfigError
 from .wire.auth import SharedKey
 
 log = logging.getLogger("nakflow.keyfile")
@@ -65,6 +66,13 @@ def load_shared_key(path: str, *, max_age_s: float | None = 300.0) -> SharedKey:
             text = f.read()
     except OSError as exc:
         raise ValueError(f"shared key file: {exc}") from None
+    try:
+        key = SharedKey.parse(text, max_age_s=max_age_s)
+    except ValueError as exc:  # it named neither the file nor what makes a good one
+        curve = (" (it is a CURVE certificate: those go to --curve-secret and "
+                 "--curve-server-key)" if "ZeroMQ CURVE" in text else "")
+        raise ConfigError(f"shared key file {path}: {exc}{curve}; 'nakflow keygen --shared "
+                          "DIR NAME' makes one (DIR/NAME.shared_key)") from None
     if mode & 0o077:
         log.warning("shared key file %s is readable by others (chmod 600 it)", path)
-    return SharedKey.parse(text, max_age_s=max_age_s)
+    return key

@@ -157,6 +157,21 @@ def test_keygen_shared_writes_a_private_key_once(tmp_path):
     assert load_shared_key(str(path)) == key
     with pytest.raises(ValueError, match="shared key file"):
         load_shared_key(str(tmp_path / "missing"))
+    # a file that holds no key: the error named neither the file nor how to make one
+    curve = subprocess.run([sys.executable, "-m", "nakflow", "keygen", str(tmp_path), "c"],
+                           capture_output=True, text=True, timeout=30)
+    assert curve.returncode == 0, curve.stderr
+    (tmp_path / "short.shared_key").write_text("abcd\n")
+    for name, why in (("c.key_secret", "holds the key as hex digits (it is a CURVE "
+                                       "certificate: those go to --curve-secret and "
+                                       "--curve-server-key)"),
+                      ("short.shared_key", "a shared key must be at least 16 bytes")):
+        with pytest.raises(ValueError) as err:
+            load_shared_key(str(tmp_path / name))
+        assert str(err.value).startswith(f"shared key file {tmp_path / name}: ")
+        assert why in str(err.value)
+        assert str(err.value).endswith("'nakflow keygen --shared DIR NAME' makes one "
+                                       "(DIR/NAME.shared_key)")
 
 
 def test_keygen_writes_a_curve_pair_once_and_only_inside_its_directory(tmp_path):
