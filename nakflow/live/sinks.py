@@ -318,10 +318,12 @@ class ParquetSink:
         schema = self._merged(self._schema, self._buf_schema)
         if schema is None:  # a column changed its type for good: a file of its own
             schema = self._buf_schema
-        # every batch in ``schema``: null columns filled, types widened, never narrowed
-        table = self.pa.concat_tables(
-            [schema.empty_table(), *(self.pa.Table.from_batches([b]) for b in self._buf)],
-            promote_options="permissive")
+        if all(b.schema == schema for b in self._buf):  # Arrow messages of one schema
+            table = self.pa.Table.from_batches(self._buf, schema)
+        else:  # every batch in ``schema``: null columns filled, types widened, not narrowed
+            table = self.pa.concat_tables(
+                [schema.empty_table(), *(self.pa.Table.from_batches([b]) for b in self._buf)],
+                promote_options="permissive")
         self._buf, self._buf_rows, self._buf_schema = [], 0, None
         try:
             if self._writer is not None and schema != self._schema:
