@@ -116,6 +116,20 @@ def test_peer_mismatch_in_python():
         tx.wait_for_receivers(1, timeout=60)
 
 
+
+def test_an_ack_send_that_never_waited_for_receivers_names_a_mode_mismatch():
+    """An ``ack`` sender that sends without ``wait_for_receivers`` to a ``nak`` receiver:
+    no credit ever comes. Its send's timeout said "no permission to send within 3 s (ack:
+    no receiver is left to grant credit)"; it now raises the cause it heard."""
+    from nakflow import Receiver
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="nak") as rx, \
+            Sender(rx.data_endpoints, rx.feedback_endpoints, mode="ack") as tx, \
+            pytest.raises(PeerMismatch, match=r"^no permission to send within 3 s: receiver "
+                                              r"r-\w+ runs mode 'nak', this sender runs 'ack'"):
+        tx.send(b"x", timeout=3)
+
+
 def test_a_stray_answer_in_another_mode_does_not_stop_a_sender_whose_receivers_answer():
     """The core's rule, with explicit time: an answer in another mode (a forger on an open
     channel, or a receiver of another deployment) stops the wait only if, within

@@ -332,11 +332,17 @@ class SenderCore(Endpoint):
         return self.wait_error(now, timed_out=True) or TimeoutError(
             f"{ready} of {n} receivers answered in {timeout_s:g} s{where}")
 
-    def send_timed_out(self, now: float, timeout_s: float | None) -> TimeoutError:
+    def send_timed_out(self, now: float, timeout_s: float | None) -> Exception:
         """What a driver raises when a send waited ``timeout_s`` (a send without one never
-        gives up) for admission in vain (the wait is over: ``wait_over``)."""
+        gives up) for admission in vain (the wait is over: ``wait_over``): with no receiver
+        of this mode ready, the cause if one answered in another mode or with another key
+        (``wait_error``; an ack sender that never waited for receivers said only that none
+        granted credit), else a TimeoutError saying what held it."""
         self.wait_over(now)
         why = self.policy.why_held(now=now)
+        mismatch = None if self.receivers_ready() else self.wait_error(now, timed_out=True)
+        if mismatch is not None:  # no receiver of this mode: the other one is the cause
+            return type(mismatch)(f"no permission to send within {timeout_s} s: {mismatch}")
         return TimeoutError(f"no permission to send within {timeout_s} s "
                             f"({self.mode}{': ' if why else ''}{why})")
 
