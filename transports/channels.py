@@ -514,7 +514,8 @@ def with_reach(err: Exception, data: Sequence[str], feedback: Sequence[str],
 REACHED_BUT_SILENT = ("every endpoint accepts this sender's connection and handshake: the "
                       "receivers there are up but did not answer its HELLO (a receiver "
                       "answers only its own stream, --stream, and with a shared key only "
-                      "frames sealed with it)")
+                      "frames sealed with it), or some are one receiver named twice (two "
+                      "names or addresses of one host and port: it answers once)")
 
 
 def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,
