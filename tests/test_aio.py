@@ -537,3 +537,20 @@ def test_messages_of_a_closed_async_receiver_yields_what_is_queued_then_says_it_
         return taken
 
     assert asyncio.run(main()) == [b"%d" % i for i in range(5)]
+
+
+def test_an_async_receiver_made_in_a_running_loop_listens_at_once():
+    """As a threaded Receiver does: its senders' wait for receivers is answered before the
+    application's first get. Before, it started at the first get (or ``async with``), and
+    a sender's wait ran out first: "0 of 1 receivers answered"."""
+    async def main() -> list[bytes]:
+        rx = AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+        try:
+            async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints) as tx:
+                assert await tx.wait_for_receivers(1, timeout=10) == 1
+                await tx.send(b"hello")
+            return [m.payload async for m in rx.messages(senders=1, timeout=10)]
+        finally:
+            await rx.close()
+
+    assert asyncio.run(main()) == [b"hello"]

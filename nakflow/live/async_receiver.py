@@ -58,11 +58,17 @@ class AsyncReceiver:
         self.error: BaseException | None = None
         track(self, ("start", "get", "get_many", "__aiter__", "messages", "done",
                      "live_streams", "wait_for_ends"))
+        # made in a running loop, it listens from now on, as a threaded Receiver does: one
+        # not yet started answered no HELLO, and its senders' wait ran out before the
+        # first get started it
+        with contextlib.suppress(RuntimeError):  # no running loop: ``async with``, a get
+            self.start()
 
     receiver_id = property(lambda self: self.core.receiver_id)
 
     def start(self) -> None:
-        """Start the I/O task on the running loop (``async with`` does this)."""
+        """Start the I/O task on the running loop (made in one, it starts at once; else
+        ``async with`` and the first get do this)."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._io())
 
