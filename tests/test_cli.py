@@ -325,10 +325,10 @@ def test_an_ack_sender_that_gives_up_names_the_receiver_whose_credit_held_it() -
             rx.communicate()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_blocked_sender_stops_on_a_signal_with_its_report(signum: int) -> None:
     """A sender blocked in ack (its receiver stopped consuming, never granting more)
-    ends on SIGTERM/SIGINT within a second, prints its report, sends no END."""
+    ends on SIGTERM/SIGINT/SIGHUP within a second, prints its report, sends no END."""
     data, fb = endpoints()
     rx = receiver(data, fb, "--mode", "ack", "--stall-at", "0", "--stall-for", "60",
                   "--capacity", "1000", "--duration", "60")

@@ -28,7 +28,7 @@ def last_line(text: str) -> str:
 
 
 # -- 0 -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_an_idle_service_stopped_by_a_signal_exits_0(signum):
     """A service (no --senders, no --duration) that heard nobody: a routine stop, not a
     failure (a systemd unit with Restart=on-failure must not log one)."""

@@ -110,7 +110,7 @@ def start_service(tmp_path, *extra: str) -> tuple[subprocess.Popen, dict]:
     return proc, json.loads(ready.read_text())
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_service_drains_its_queue_into_the_sink_on_a_signal(tmp_path, signum):
     """The consumer is slow (1,000 msgs/s), so most of the 4,000 messages are still queued
     when the signal comes: all of them must reach the file, the report must say so, and

@@ -101,14 +101,14 @@ EXIT_CODES = {
     "send": "exit status: 0 every receiver confirmed the whole stream; 1 a receiver "
             "incomplete, gone or unconfirmed at the close, fewer sent than planned, or a "
             "receiver of another mode or key; 2 bad arguments or an unusable environment "
-            "(nobody answered within --wait-timeout); 130/143 interrupted (SIGINT/SIGTERM) "
-            "before END, or while the close waited for receipts (the report still comes). "
+            "(nobody answered within --wait-timeout); 129/130/143 interrupted (SIGHUP/SIGINT/"
+            "SIGTERM) before END, or while the close waited for receipts (the report still comes). "
             "--allow-loss: 0 for missing data. See docs/exit-codes.md.",
     "receive": "exit status: 0 every stream complete (a service, without --senders and "
-               "--duration, stopped by SIGTERM/SIGINT after draining: 0 unless something was "
-               "missing); 1 messages missing, a peer of another mode or key, or the sink "
+               "--duration, stopped by SIGTERM/SIGINT/SIGHUP after draining: 0 unless something "
+               "was missing); 1 messages missing, a peer of another mode or key, or the sink "
                "failed; 2 bad arguments or an unusable environment (a port in use, a sink "
-               "that cannot start); 130/143 a one-shot receive interrupted before "
+               "that cannot start); 129/130/143 a one-shot receive interrupted before "
                "--senders/--duration was met. --allow-loss: 0 for missing data. See "
                "docs/exit-codes.md.",
 }
@@ -117,7 +117,8 @@ EXIT_CODES = {
 def _epilog(examples: str, command: str) -> str:
     import textwrap
 
-    return examples + "\n\n" + textwrap.fill(EXIT_CODES[command], width=88)
+    return examples + "\n\n" + textwrap.fill(EXIT_CODES[command], width=88,
+                                              break_on_hyphens=False)
 
 
 RECEIVE_EXAMPLES = """\

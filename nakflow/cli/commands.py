@@ -32,7 +32,8 @@ EXIT_INCOMPLETE = 1
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived: the run stops, reports and exits 128 + the signal."""
+    """SIGINT, SIGTERM or SIGHUP arrived: the run stops, reports and exits 128 + the
+    signal."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -71,8 +72,10 @@ def signals_held() -> Iterator[None]:
 
 
 def on_signals_interrupt() -> None:
-    """SIGINT and SIGTERM raise Interrupted in the main thread, wherever it waits."""
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread, wherever it waits.
+    SIGHUP (the terminal that started it closed) ended the process where it stood: a
+    receiver's queue never reached its sink, and a Parquet file stayed ``.part``."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _raise_interrupted)
 
 
