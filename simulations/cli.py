@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("simulate", help="latency simulations: ACK vs NAK at scale",
                        description="Run a named scenario of the simulator once per mode.",
                        epilog="exit status: 0 done (what a simulation loses is a result, "
-                              "not an error); 2 bad arguments; 130/143 interrupted. See "
+                              "not an error); 2 bad arguments; 129/130/143 interrupted. See "
                               "docs/exit-codes.md.")
     p.add_argument("scenario", nargs="?", help="scenario name (see --list)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")

@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
                     "per mode, and print a comparison of sender and receiver metrics.",
         epilog="exit status: 0 done, no nak or ack receiver missed a row; 1 a nak or ack "
                "receiver missed rows (the table says which); 2 bad arguments, or executors "
-               "that cannot import nakflow; 130/143 interrupted. See docs/exit-codes.md.")
+               "that cannot import nakflow; 129/130/143 interrupted. See docs/exit-codes.md.")
     p.add_argument("--master", default="local[*]",
                    help="Spark master URL, e.g. local[*], local-cluster[2,1,1024] or "
                         "spark://host:7077")
