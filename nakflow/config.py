@@ -424,7 +424,7 @@ class SenderConfig:
     frame_msgs: int = FRAME_MSGS
     #: ... or payload bytes.
     frame_bytes: int = FRAME_BYTES
-    #: Largest frame the receivers accept, bytes.
+    #: Largest frame the receivers accept, bytes: raise theirs (ReceiverConfig's) with it.
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     #: Sampling interval of the snapshot's timeline, s.
     timeline_interval_s: float = 0.05
@@ -494,7 +494,8 @@ class ReceiverConfig:
     repair: RepairConfig = field(default_factory=lambda: RepairConfig())
     #: How often a receiver says HELLO on the feedback channel, s.
     hello_interval_s: float = 0.5
-    #: Largest frame accepted, bytes (bigger ones are dropped unparsed and counted).
+    #: Largest frame accepted, bytes (up to 1 KiB bigger ones are dropped unparsed and
+    #: counted; ZeroMQ drops the connection at a bigger one, docs/known-limits.md).
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     #: Sampling interval of the snapshot's timeline, s.
     timeline_interval_s: float = 0.05

@@ -467,3 +467,20 @@ def test_messages_waits_for_more_senders_still_sending_than_it_was_told():
         sender_b.join(30)
     assert sorted(got) == sorted([b"a%d" % i for i in range(10)]
                                  + [b"b%d" % i for i in range(200)])
+
+
+def test_a_frame_bound_above_16_mib_holds_on_both_sides():
+    """``max_frame_bytes`` raised on both sides: the receiver's ZeroMQ socket kept its own
+    fixed 16 MiB bound, dropped the connection at the 20 MB message, and the stream ended
+    ``incomplete`` with the message counted beyond the history."""
+    big = 24 * 1024 * 1024
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", max_frame_bytes=big) as rx:
+        with Sender(rx.data_endpoints, rx.feedback_endpoints, max_frame_bytes=big) as tx:
+            tx.wait_for_receivers(timeout=10)
+            tx.send(b"small")
+            tx.send(b"x" * (20 * 1024 * 1024))
+            tx.send(b"after")
+        got = [len(m.payload) for m in rx.messages(senders=1, timeout=30)]
+        (stream,) = rx.snapshot()["senders"]
+    assert got == [5, 20 * 1024 * 1024, 5] and stream["status"] == "complete"
+    assert tx.snapshot()["at_close"][0]["status"] == "complete"

@@ -17,7 +17,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import zmq
@@ -81,7 +81,8 @@ class SocketOptions:
     rcvhwm_msgs: int = 200_000
     #: How long close() waits to hand queued messages to the kernel, ms.
     linger_ms: int = 2_000
-    #: Largest message a socket accepts; bigger ones drop the connection, bytes.
+    #: Largest message a socket accepts; bigger ones drop the connection, bytes (a
+    #: receiver's data socket takes its ``max_frame_bytes`` at least).
     max_msg_bytes: int = 16 * 1024 * 1024 + 1024
     #: Multicast send rate (ZMQ_RATE), kbit/s.
     multicast_rate_kbps: int = 1_000_000
@@ -518,15 +519,25 @@ REACHED_BUT_SILENT = ("every endpoint accepts this sender's connection and hands
                       "names or addresses of one host and port: it answers once)")
 
 
+#: What a frame may carry beyond ``max_frame_bytes``: a shared key's seal, bytes.
+FRAME_SLACK_BYTES = 1024
+
+
 def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,
                           data: str | Sequence[str], feedback: str | Sequence[str],
                           overhear: str | Sequence[str], options: SocketOptions | None,
-                          subscribe: Sequence[bytes] = (b"",),
+                          subscribe: Sequence[bytes] = (b"",), max_frame_bytes: int = 0,
                           ) -> tuple[Any, list[str], Any, list[str], Any, Any]:
     """A receiver's sockets: (data SUB subscribed to ``subscribe``, its bound endpoints,
     feedback PUB, its bound endpoints, overhearing SUB or None, CURVE authenticator or
     None); all closed again if any of them fails. Over multicast the overhearing SUB
-    joins the feedback group, where the other receivers speak."""
+    joins the feedback group, where the other receivers speak. The data SUB takes
+    messages of ``max_frame_bytes`` (the receiver's frame bound) and a seal at least:
+    ZeroMQ drops the connection at a bigger one, and at its fixed 16 MiB a receiver
+    configured for bigger frames lost every one (reported as beyond the history)."""
+    base = options or SocketOptions()
+    if max_frame_bytes + FRAME_SLACK_BYTES > base.max_msg_bytes:
+        options = replace(base, max_msg_bytes=max_frame_bytes + FRAME_SLACK_BYTES)
     curve = options.curve if options is not None else None
     auth: Any = None
     if curve is not None:

@@ -46,7 +46,7 @@ class AsyncReceiver:
         self._on_event = on_event
         ctx: Any = context or zmq.asyncio.Context.instance()
         sockets = open_receiver_sockets(ctx, data, feedback, overhear, options,
-                                        self.core.subscriptions())
+                                        self.core.subscriptions(), cfg.max_frame_bytes)
         self._adata, self.data_endpoints, self._afb, self.feedback_endpoints = sockets[:4]
         self._ahear = sockets[4]
         self._data, self._fb = shadow(self._adata), shadow(self._afb)

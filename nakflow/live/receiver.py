@@ -77,7 +77,7 @@ class Receiver:
                                  rng=random.Random())
         self.config, self._on_event = cfg, on_event
         sockets = open_receiver_sockets(context, data, feedback, overhear, options,
-                                        self.core.subscriptions())
+                                        self.core.subscriptions(), cfg.max_frame_bytes)
         self._data, self.data_endpoints, self._fb, self.feedback_endpoints = sockets[:4]
         self._hear, self._auth = sockets[4:]
         self._wake_r, self._wake_w = os.pipe()
