@@ -77,6 +77,10 @@ BAD = [
       "239.1.1.2:5556"), "names no interface: write it as epgm://192.168.1.5;239.192.1.1:5555"),
     (("send", "--data", "epgm://10.0.0.5;10.1.1.1:5555", "--feedback", "epgm://10.0.0.5;"
       "239.1.1.2:5556"), "'10.1.1.1' is no IPv4 multicast group (224.0.0.0 to 239.255.255.255"),
+    # a receiver's bind string given to a sender: ZeroMQ said only "Invalid argument"
+    (("send", "--data", "tcp://*:5600", "--feedback", "tcp://*:5601"),
+     "endpoint tcp://*:5600: a sender connects to a receiver's address and port, not to a "
+     "wildcard"),
     # a sender's connect said only "File name too long"
     (("send", "--data", "ipc:///tmp/" + "d" * 120 + "/data", "--feedback", "ipc:///tmp/fb"),
      "an ipc path holds at most 107 bytes (a Unix socket's), this one 130: pick a shorter"),

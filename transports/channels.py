@@ -226,6 +226,14 @@ def check_pairs(data: Sequence[str], feedback: Sequence[str], *,
     every receiver's feedback), so the lists need not pair. Raises EndpointError saying
     which."""
     check_distinct(data, feedback)
+    for uri in (*data, *feedback):
+        if scheme_of(uri) == "tcp":
+            host, _, port = uri.partition("://")[2].rpartition(":")
+            if "*" in (host, port):  # ZeroMQ's connect said only "Invalid argument"
+                raise EndpointError(
+                    f"endpoint {uri}: a sender connects to a receiver's address and port, "
+                    "not to a wildcard (that is how a receiver binds): write the receiver's "
+                    "host and the port its 'ready' line gives, e.g. tcp://10.0.0.5:5600")
     if proxy or any(map(is_multicast, [*data, *feedback])):
         return
     if len(data) != len(feedback):
