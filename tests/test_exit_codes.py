@@ -5,6 +5,7 @@ named in the table's doc; this file has the rest (and the fail-fast cases)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -202,6 +203,25 @@ def test_a_sink_that_dies_mid_stream_stops_the_service_with_1_and_says_what_it_w
     # the last lines say so too (they said "delivered N of N, 0 missing" and no more)
     assert (f"nakflow receive: problem: the sink took {sink['written']:,} messages, not the "
             f"other {sink['not_written']:,}: sink cmd:head -n 100") in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_sink_counts_written_only_what_left():
+    """``--sink file:`` on a full disk (/dev/full): the file's buffer took the first chunk,
+    which was counted written, and lost it with the next write's ENOSPC. Each chunk is
+    flushed now: written 0, not written every message delivered, exit 1."""
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--senders", "1", "--sink", "file:/dev/full",
+                  "--consume-rate", "1000")  # takes of 2 messages: lines a buffer holds
+    with Sender(data, fb) as tx:
+        tx.wait_for_receivers(1, timeout=30)
+        tx.send_batch([b"%d" % i for i in range(200)])
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 1, err
+    report = json.loads(out)
+    sink = report["sink"]
+    assert sink["written"] == 0 and sink["not_written"] == report["delivered"] > 0
+    assert "No space left on device" in sink["error"]
 
 
 def test_messages_the_parquet_sink_cannot_write_are_counted_and_the_rest_written(tmp_path):

@@ -102,8 +102,9 @@ class JsonLinesSink:
         if not msgs:
             return
         data = "".join(message_json(self.stream, m) + "\n" for m in msgs).encode()
-        try:
-            self.out.write(data)
+        try:  # flushed: ``written`` counts what left, not what a buffer held (a full
+            self.out.write(data)  # disk failed a later write, and took the buffer's lines
+            self.out.flush()  # along, counted written)
         except (OSError, ValueError) as exc:
             raise SinkError(f"sink {self.name} failed: {exc}") from exc
         self.written += len(msgs)
