@@ -23,8 +23,7 @@ from ..wire import SenderKey
 from .async_common import IDLE_POLL_S, no_curve, shadow
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness
-from .lifetime import track
-from .receiver import closed_before_done
+from .lifetime import closed_before_done, track
 
 
 class AsyncReceiver:

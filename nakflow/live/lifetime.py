@@ -58,6 +58,15 @@ def close_at_exit(sender: Any) -> None:
     _OPEN.add(sender)
 
 
+def closed_before_done(receiver_id: str, finished: int, senders: int) -> LocalProtocolError:
+    """What a receiver's ``messages()`` (threaded or asyncio) raises once the receiver is
+    closed and drained before its senders finished: nothing more can arrive (it waited
+    its whole timeout, then said how many had finished)."""
+    return LocalProtocolError(
+        f"receiver {receiver_id} is closed: {finished} of {senders} senders finished, and "
+        "nothing more can arrive (messages() before close(), or before the with block ends)")
+
+
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
     kind = type(self).__mro__[1].__name__
     name = getattr(self, "sender_id", None) or getattr(self, "receiver_id", "")

@@ -27,21 +27,12 @@ from ..events import Event
 from ..wire import SenderKey
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness
-from .lifetime import track
+from .lifetime import closed_before_done, track
 
 __all__ = ["OVERFLOW_POLICIES", "Message", "Receiver"]
 
 log = logging.getLogger("nakflow.live.receiver")
 IDLE_POLL_S = 0.1  # longest the I/O thread sleeps with nothing due (close() also wakes it)
-
-
-def closed_before_done(receiver_id: str, finished: int, senders: int) -> LocalProtocolError:
-    """What ``messages()`` raises once its receiver is closed and drained before its
-    senders finished: nothing more can arrive (it waited its whole timeout, then said how
-    many had finished)."""
-    return LocalProtocolError(
-        f"receiver {receiver_id} is closed: {finished} of {senders} senders finished, and "
-        "nothing more can arrive (messages() before close(), or before the with block ends)")
 
 
 class Receiver:
