@@ -108,6 +108,25 @@ def test_a_wait_that_reached_every_receiver_but_heard_no_answer_says_so():
     assert "only its own stream, --stream" in REACHED_BUT_SILENT
 
 
+def test_a_wait_for_more_receivers_than_the_endpoints_lead_to_says_so():
+    """Two receivers waited for on one data endpoint: the one there answered. The error
+    said the receivers were up but did not answer, which is not what happened."""
+    from nakflow import Receiver
+    from transports.channels import REACHED_BUT_SILENT
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx, \
+            Sender(rx.data_endpoints, rx.feedback_endpoints) as tx:
+        with pytest.raises(TimeoutError) as err:
+            tx.wait_for_receivers(2, timeout=0.5)
+        with pytest.raises(ValueError, match="n must be >= 0, not -1"):
+            tx.wait_for_receivers(-1)  # it returned 0
+    assert str(err.value) == (
+        f"1 of 2 receivers answered in 0.5 s on {rx.data_endpoints[0]}: each data endpoint "
+        "leads to one receiver, so at most 1 can answer (wait for fewer, or list every "
+        "receiver's endpoints)")
+    assert REACHED_BUT_SILENT not in str(err.value)
+
+
 def test_peer_mismatch_in_python():
     from nakflow import Receiver
 

@@ -502,15 +502,17 @@ def probe(targets: Sequence[tuple[str, str]], options: SocketOptions | None = No
 
 
 def with_reach(err: Exception, data: Sequence[str], feedback: Sequence[str],
-               options: SocketOptions | None = None, timeout_s: float = 2.0) -> Exception:
+               options: SocketOptions | None = None, timeout_s: float = 2.0,
+               answered: int = 0) -> Exception:
     """A sender's wait for receivers ran out with ``err``: a plain TimeoutError (nobody
     or too few answered) gains what a probe (``probe``, with the sender's ``options``)
     finds wrong at its endpoints ("; tcp://h:5740 (data): nothing accepts a connection;
     ..."); none named: the receivers there are up and the handshake succeeds, but they
     did not answer (another stream, another shared key). Any other ``err`` (the cause is
-    known) comes back as it is."""
-    if type(err) is not TimeoutError:
-        return err
+    known), or one where ``answered`` is as many as the data endpoints (a wait for more
+    receivers than they lead to), comes back as it is."""
+    if type(err) is not TimeoutError or answered >= len(data):
+        return err  # the cause is known, or every endpoint's receiver ``answered``
     targets = [(e, "data") for e in data] + [(e, "feedback") for e in feedback]
     found = probe(targets, options, timeout_s)
     said = [str(err), *(f"{e} ({channel}): {why}" for (e, channel), why in found.items())]

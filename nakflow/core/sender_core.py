@@ -307,6 +307,8 @@ class SenderCore(Endpoint):
     def want_receivers(self, n: int, now: float) -> None:
         """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done).
         Raises LocalProtocolError after close."""
+        if n < 0:
+            raise ValueError(f"wait_for_receivers: n must be >= 0, not {n}")
         if n:
             self.usable("wait_for_receivers")
         if self.receiver_wait.want(n, now):
@@ -329,6 +331,10 @@ class SenderCore(Endpoint):
         with ``ready``: the cause if one is known (``wait_error``), else a TimeoutError
         that names the data endpoints the receivers were looked for on."""
         where = f" on {', '.join(self.path)}" if self.path else ""
+        if self.path and not self.multicast and ready >= len(self.path) < n:
+            where += (f": each data endpoint leads to one receiver, so at most "
+                      f"{len(self.path)} can answer (wait for fewer, or list every "
+                      "receiver's endpoints)")
         return self.wait_error(now, timed_out=True) or TimeoutError(
             f"{ready} of {n} receivers answered in {timeout_s:g} s{where}")
 

@@ -126,7 +126,7 @@ class AsyncSender:
                 if time.monotonic() >= end:
                     err = core.wait_timed_out(time.monotonic(), ready, n, timeout)
                     raise await asyncio.to_thread(with_reach, err, core.path, self._fb_uris,
-                                                  self._options)
+                                                  self._options, answered=ready)
                 await self._progressed(end - time.monotonic())
         finally:
             core.want_receivers(0, time.monotonic())

@@ -206,7 +206,8 @@ class Sender:
                         raise error
                     if now >= end:
                         raise with_reach(core.wait_timed_out(now, ready, n, timeout),
-                                         core.path, self._fb_uris, self._options)
+                                         core.path, self._fb_uris, self._options,
+                                         answered=ready)
                     self._service(now, max(0.0, min(end, self._timer_at(end)) - now))
                     now = time.monotonic()
             finally:
