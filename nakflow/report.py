@@ -219,6 +219,13 @@ def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
     if not receivers:
         problems.append("no receiver answered: nothing was known to arrive (check "
                         "--data/--feedback: the receivers' data and feedback endpoints)")
+    endpoints = snap.get("data_endpoints") or []
+    if receivers and not snap.get("multicast") and receivers < len(endpoints):
+        # each tcp/ipc data endpoint is one receiver: one never heard got nothing
+        problems.append(f"{receivers} receiver{'s' if receivers != 1 else ''} heard on "
+                        f"{len(endpoints)} data endpoints: {len(endpoints) - receivers} "
+                        "never answered (down, or not started; --wait-receivers let the "
+                        "send go on without it), so nothing is known to have reached it")
     repair = snap.get("repair") or {}
     if repair.get("gone"):
         problems.append(f"{_n(repair['gone'])} messages receivers asked for were no longer "

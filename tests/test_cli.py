@@ -440,6 +440,13 @@ def test_a_sender_waits_for_every_receiver_its_data_list_names() -> None:
         assert (f"; {d2} (data): nothing accepts a connection; {f2} (feedback): nothing "
                 "accepts a connection;") in tx.stderr
         assert "ready; sending" not in tx.stderr
+        # told to go on with one: it sends, and says that the other got nothing (it said
+        # "to 1 receiver: 1 complete" and exited 0)
+        tx = nakflow("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}", "--count",
+                     "100", "--wait-receivers", "1")
+        assert tx.returncode == 1, tx.stderr
+        assert ("problem: 1 receiver heard on 2 data endpoints: 1 never answered (down, or "
+                "not started; --wait-receivers let the send go on without it)") in tx.stderr
         both = receiver(d2, f2, "--senders", "1")
         tx = nakflow("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}", "--count",
                      "100")

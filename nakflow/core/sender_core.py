@@ -574,6 +574,7 @@ def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
         "holds_by_signal": flow.get("holds_by_signal", {}), "limiting": flow.get("limiting"),
         "receivers": flow.get("receivers") if core.mode == "ack" else len(core.roster.present),
         "receivers_seen": core.roster.seen,
+        "data_endpoints": list(core.path), "multicast": core.multicast,
         "rtt_ms": None if core.roster.rtt_s is None else round(core.roster.rtt_s * 1000, 3),
         "feedback_frames": core.feedback_frames, "feedback_bytes": core.feedback_bytes,
         "feedback_malformed": core.malformed, "feedback_foreign": core.foreign,
