@@ -100,10 +100,10 @@ Run 'nakflow COMMAND --help' for a command's options and examples."""
 EXIT_CODES = {
     "send": "exit status: 0 every receiver confirmed the whole stream; 1 a receiver "
             "incomplete, gone or unconfirmed at the close or never heard, fewer sent than "
-            "planned, or a receiver of another mode or key; 2 bad arguments or an unusable environment "
-            "(nobody answered within --wait-timeout); 129/130/143 interrupted (SIGHUP/SIGINT/"
-            "SIGTERM) before END, or while the close waited for receipts (the report still comes). "
-            "--allow-loss: 0 for missing data. See docs/exit-codes.md.",
+            "planned, or a receiver of another mode or key; 2 bad arguments or an unusable "
+            "environment (nobody answered within --wait-timeout); 129/130/143 interrupted "
+            "(SIGHUP/SIGINT/SIGTERM) before END, or while the close waited for receipts (the "
+            "report still comes). --allow-loss: 0 for missing data. See docs/exit-codes.md.",
     "receive": "exit status: 0 every stream complete (a service, without --senders and "
                "--duration, stopped by SIGTERM/SIGINT/SIGHUP after draining: 0 unless something "
                "was missing); 1 messages missing, a peer of another mode or key, or the sink "
