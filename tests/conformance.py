@@ -79,6 +79,19 @@ class ThreadedPair:
             self._pub = await _garbage_pub(self.rx.data_endpoints)
         self._pub.send(buf)
 
+    async def closed_receivers_messages(self, senders: int,
+                                        ) -> tuple[list[Message], BaseException | None]:
+        """Once the sender's END is in, close the receiver, then take ``messages(senders)``:
+        what it yielded, and what it raised (None: nothing)."""
+        assert self.rx.wait_for_ends(1, 20)
+        self.rx.close()
+        got: list[Message] = []
+        try:
+            got.extend(self.rx.messages(senders=senders, timeout=20))
+        except Exception as exc:
+            return got, exc
+        return got, None
+
     def snapshots(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return self.tx.snapshot(), self.rx.snapshot()
 
@@ -127,6 +140,18 @@ class AsyncPair(ThreadedPair):
         if self._pub is None:
             self._pub = await _garbage_pub(self.arx.data_endpoints)
         self._pub.send(buf)
+
+    async def closed_receivers_messages(self, senders: int,
+                                        ) -> tuple[list[Message], BaseException | None]:
+        assert await self.arx.wait_for_ends(1, 20)
+        await self.arx.close()
+        got: list[Message] = []
+        try:
+            async for msg in self.arx.messages(senders=senders, timeout=20):
+                got.append(msg)
+        except Exception as exc:
+            return got, exc
+        return got, None
 
     def snapshots(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return self.atx.snapshot(), self.arx.snapshot()

@@ -518,27 +518,6 @@ def test_an_async_sender_used_in_a_forked_child_says_so_and_the_parents_stream_i
     assert got == [b"parent-0", b"parent-1"] and stream["status"] == "complete"
 
 
-def test_messages_of_a_closed_async_receiver_yields_what_is_queued_then_says_it_is_closed():
-    """As ``Receiver.messages`` (``tests/test_live.py``): it waited its whole timeout."""
-    from nakflow import LocalProtocolError
-
-    async def main() -> list[bytes]:
-        rx = AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
-        rx.start()
-        async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints) as tx:
-            await tx.wait_for_receivers(1)
-            await tx.send_batch([b"%d" % i for i in range(5)])
-        assert await rx.wait_for_ends(1, 30)
-        await rx.close()
-        taken = []
-        with pytest.raises(LocalProtocolError, match="is closed: 1 of 2 senders finished"):
-            async for msg in rx.messages(senders=2, timeout=30):
-                taken.append(msg.payload)
-        return taken
-
-    assert asyncio.run(main()) == [b"%d" % i for i in range(5)]
-
-
 def test_an_async_receiver_made_in_a_running_loop_listens_at_once():
     """As a threaded Receiver does: its senders' wait for receivers is answered before the
     application's first get. Before, it started at the first get (or ``async with``), and

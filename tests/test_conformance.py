@@ -181,3 +181,22 @@ def test_try_send_never_waits_and_counts_refusals(driver: str) -> None:
         assert tx["try_refused"] == results.count(False)
 
     run(driver, scenario, tx={"nak": __import__("nakflow").NakConfig(initial_rate_msgs=1_000)})
+
+
+def test_messages_of_a_closed_receiver_yield_what_is_queued_then_say_it_is_closed(
+        driver: str) -> None:
+    """A receiver closed before its senders finished can never finish: ``messages()``
+    waited its whole timeout and said "0 of 2 senders finished within 30 s". Now it yields
+    what is queued, then raises at once (a TimeoutError would mean it waited)."""
+    if driver == "sim":
+        pytest.skip("the simulator's receiver has no close and no messages() loop")
+
+    async def scenario(pair: Any) -> None:
+        await pair.send_batch([b"m%d" % i for i in range(10)])
+        await pair.close()
+        got, raised = await pair.closed_receivers_messages(senders=2)
+        assert [m.payload for m in got] == [b"m%d" % i for i in range(10)]
+        assert isinstance(raised, LocalProtocolError), raised
+        assert "is closed: 1 of 2 senders finished, and nothing more can arrive" in str(raised)
+
+    run(driver, scenario)
