@@ -111,3 +111,24 @@ def test_memory_is_bounded_whatever_ids_and_seqs_arrive():
     real = t.streams[("real", 1)]  # heard every 10 frames: never the least recently heard
     assert (real.received, real.lost, real.missed_before_join, real.duplicates) == (12_000, 0,
                                                                                     0, 0)
+
+
+def test_what_forgotten_streams_counted_stays_in_the_totals():
+    """Totals of what happened only grow: they are counters (Prometheus'
+    ``nakflow_messages_received_total``), and a counter that fell when a stream was
+    forgotten reads as a restart to a scraper. What is missing now is of the streams
+    kept (a forgotten stream's gaps are nobody's to repair)."""
+    t = SequenceTracker(max_streams=2, repair=True)
+    t.on_data("a", 0, 0, 10)
+    t.on_data("a", 0, 0, 10)  # again: duplicates
+    t.on_end("a", 0, 10)
+    t.on_data("b", 0, 0, 5)
+    t.on_data("b", 0, 7, 3)  # 5..6 lost in flight
+    before = t.totals()
+    assert (before["received"], before["duplicates"], before["lost"]) == (28, 10, 2)
+    t.on_data("c", 0, 0, 4)  # a third stream: the ended one ("a") is forgotten
+    assert t.evicted == 1 and ("a", 0) not in t.streams
+    after = t.totals()
+    assert (after["received"], after["duplicates"], after["lost"]) == (32, 10, 2)
+    t.on_data("d", 0, 0, 1)  # and then "b", with its gap
+    assert t.evicted == 2 and (t.totals()["received"], t.totals()["lost"]) == (33, 0)

@@ -27,7 +27,10 @@ least recently heard), and seen-sets of at most ``max_streams`` sender ids with 
 most MAX_INTERVALS gaps each and MAX_INTERVALS_TOTAL over all of them (the least
 recently heard sender's set is forgotten first). What
 is forgotten can only make a late duplicate count as new, and is counted in
-``evicted``.
+``evicted``. A forgotten stream's counts of what happened (``received``, ``repaired``,
+``duplicates``, ``beyond_history``, ``redundant``) stay in ``totals()``, which only ever
+grow; what is missing now (``lost``, ``dropped``, ``missed_before_join``) is of the
+streams kept.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ Ranges = list[tuple[int, int]]
 MAX_INTERVALS = 1024  # per sender id; beyond it the oldest are merged (bounded memory)
 MAX_INTERVALS_TOTAL = 65_536  # over all sender ids; beyond it the stalest set is forgotten
 MAX_STREAMS = 10_000
+#: The totals that count what happened, and so only grow: a forgotten stream's stay.
+HAPPENED = ("received", "repaired", "duplicates", "beyond_history", "redundant")
 #: Late join asks for a stream's past only once this many of its DATA frames arrived (or
 #: its END after at least one): a flood of made-up senders sends one frame each and costs
 #: no repair requests.
@@ -147,6 +152,8 @@ class SequenceTracker:
         self.gap_events = 0  # gaps found in flight, ever (one may span many frames)
         self.evicted = 0
         self.seen_evicted = 0
+        #: what the forgotten streams counted, of the totals that only grow (HAPPENED)
+        self.forgotten = dict.fromkeys(HAPPENED, 0)
 
     def on_data(self, sender: str, epoch: int, seq: int, count: int) -> Ranges:
         """Account a DATA frame; return the index ranges of its payloads to deliver."""
@@ -336,7 +343,9 @@ class SequenceTracker:
                 victim = next(iter(self.streams))
             else:
                 del self._ended[victim]
-            del self.streams[victim]
+            gone = self.streams.pop(victim)
+            for name in HAPPENED:
+                self.forgotten[name] += getattr(gone, name)
             self._ended.pop(victim, None)
             self.with_gaps.pop(victim, None)
             self.dirty.discard(victim)
@@ -346,8 +355,10 @@ class SequenceTracker:
         return sorted(e for s, e in self.streams if s == sender)
 
     def totals(self) -> dict[str, int]:
-        out = dict.fromkeys(("lost", "missed_before_join", "duplicates", "received",
-                             "dropped", "repaired", "beyond_history", "redundant"), 0)
+        """What happened to every stream since the start (HAPPENED: the forgotten ones
+        too, so these only grow), and what is missing now in the streams kept."""
+        out = dict.fromkeys(("lost", "missed_before_join", "dropped"), 0)
+        out.update(self.forgotten)
         for st in self.streams.values():
             out["lost"] += st.lost
             out["missed_before_join"] += st.missed_before_join
