@@ -16,7 +16,7 @@ from typing import Any
 from .core.timeline import rate_series
 
 __all__ = ["MISSING_REASONS", "Verdict", "at_close_problems", "rate_series",
-           "receiver_verdict", "sender_verdict"]
+           "receiver_verdict", "sender_verdict", "stream_counts"]
 
 #: Why a message counted in a stream was not delivered, in the order they are printed.
 MISSING_REASONS = ("lost", "dropped", "beyond_history", "missed_before_join")
@@ -57,13 +57,7 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
     did get: streams still going when it stopped, and hearing nobody, are no problem
     there. Left out of the count, and named: an attempt a complete retry covers
     (``superseded``), a sender that left before it sent anything."""
-    every = snap.get("senders") or []
-    retried = superseded(every)
-    # a sender that left (BYE) before it sent anything, its wait for receivers run out:
-    # nothing of it is missing, and the sender itself failed and said so
-    unstarted = {i for i, s in enumerate(every) if s.get("left") and s["final_seq"] is None
-                 and not s["next_seq"] and not s["received"]}
-    streams = [s for i, s in enumerate(every) if i not in retried and i not in unstarted]
+    streams, retried, unstarted = _counted(snap)
     reach: dict[str, int] = {}  # with drop_duplicates a seq is one message in any epoch
     total = 0
     for s in streams:
@@ -126,6 +120,32 @@ def receiver_verdict(snap: dict[str, Any], *, expect_senders: int | None = None,
             f"{other!r} were: the senders' --stream differs from this receiver's")
     mismatches = _mismatches(snap)
     return Verdict(line, problems + mismatches, mismatches)
+
+
+def _counted(snap: dict[str, Any]) -> tuple[list[dict[str, Any]], set[int], set[int]]:
+    """The streams a verdict counts, and (indexes in the snapshot's ``senders``) those it
+    leaves out: attempts a retry covers (``superseded``), and senders that left (BYE)
+    before they sent anything, their wait for receivers run out (nothing of them is
+    missing, and the sender itself failed and said so)."""
+    every = snap.get("senders") or []
+    retried = superseded(every)
+    unstarted = {i for i, s in enumerate(every) if s.get("left") and s["final_seq"] is None
+                 and not s["next_seq"] and not s["received"]}
+    return ([s for i, s in enumerate(every) if i not in retried and i not in unstarted],
+            retried, unstarted)
+
+
+def stream_counts(snap: dict[str, Any]) -> dict[str, int]:
+    """A receiver snapshot's streams as the verdict counts them: ``complete`` (END, and
+    every message up to it delivered), ``open`` (no END yet, its sender neither gone nor
+    silent) and ``incomplete`` (the rest: an END with messages missing, or a sender that
+    left or fell silent without END). Prometheus' ``nakflow_streams{status}``."""
+    streams, _retried, _unstarted = _counted(snap)
+    complete = sum(1 for s in streams if s["status"] == "complete")
+    going = sum(1 for s in streams if s["final_seq"] is None and not s.get("left"))
+    going -= min(going, snap.get("senders_silent", 0))
+    return {"complete": complete, "open": going,
+            "incomplete": len(streams) - complete - going}
 
 
 def superseded(streams: list[dict[str, Any]]) -> set[int]:

@@ -92,10 +92,49 @@ def test_scraped_metrics_equal_the_json_snapshots():
     for reason, key in (("in_flight", "lost"), ("queue_full", "dropped_unrepaired"),
                         ("beyond_history", "beyond_history"),
                         ("before_join", "missed_before_join")):
-        assert value(page, "nakflow_messages_lost_total", reason=reason, **receiver) == r[key]
+        assert value(page, "nakflow_messages_missing", reason=reason, **receiver) == r[key]
+    for status, n in (("complete", 1), ("open", 0), ("incomplete", 0)):
+        assert value(page, "nakflow_streams", status=status, **receiver) == n
+    for kind in ("mode", "key"):
+        assert value(page, "nakflow_peer_mismatch_total", kind=kind, **sender) == 0
     for level, n in r["naks_sent"].items():
         assert value(page, "nakflow_naks_total", level=str(level), **receiver) == n
     assert sum(r["naks_sent"].values()) > 0  # the small queue did fill
+
+
+def test_counters_only_grow_and_what_repair_brings_back_is_a_gauge():
+    """A scraper reads a counter that fell as a restart. ``nakflow_messages_lost_total``
+    was one, of figures that repair brings down: a gap found in flight read 1, then 0
+    once repaired. Those are now the gauge ``nakflow_messages_missing``; every counter of
+    a receiver's exposition only grows, here over a gap and its repair (the real core,
+    frames in)."""
+    from nakflow.config import ReceiverConfig
+    from nakflow.core.receiver_core import ReceiverCore
+    from nakflow.live.prometheus import snapshot_metrics
+    from nakflow.wire import Data, RData, encode
+
+    def page(now: float) -> dict[tuple[str, str, frozenset], float]:
+        return {(f.type, s.name, frozenset(s.labels.items())): s.value
+                for f in snapshot_metrics(core.snapshot(now)) for s in f.samples}
+
+    core = ReceiverCore(ReceiverConfig(mode="nak", stream="m", receiver_id="r"), now=0.0)
+    core.receive_data(encode(Data("m", "s", 1, 0, 0.0, (b"a",))), 0.01)
+    core.receive_data(encode(Data("m", "s", 1, 2, 0.0, (b"c",))), 0.02)  # seq 1 lost
+    gap = page(0.03)
+    core.receive_data(encode(RData("m", "s", 1, 1, 0.0, (b"b",))), 0.04)
+    repaired = page(0.05)
+    missing = ("gauge", "nakflow_messages_missing")
+    assert [v for k, v in gap.items() if k[:2] == missing and ("reason", "in_flight") in k[2]
+            ] == [1.0]
+    assert [v for k, v in repaired.items() if k[:2] == missing and ("reason", "in_flight")
+            in k[2]] == [0.0]
+    counters = {k: v for k, v in gap.items() if k[0] == "counter"}
+    assert len(counters) >= 12
+    assert all(repaired[k] >= v for k, v in counters.items()), [
+        (k, v, repaired[k]) for k, v in counters.items() if repaired[k] < v]
+    assert repaired[("counter", "nakflow_messages_repaired_total",
+                     frozenset({"role": "receiver", "id": "r", "stream": "m",
+                                "mode": "nak"}.items()))] == 1
 
 
 def start_service(tmp_path, *extra: str) -> tuple[subprocess.Popen, dict]:
@@ -202,6 +241,51 @@ def test_a_sink_that_fails_stops_the_service_and_counts_what_it_could_not_write(
     assert sink["not_written"] > 0
     # every message the receiver delivered was either written or counted as not written
     assert sink["written"] + sink["not_written"] == report["delivered"]
+
+
+def test_the_metrics_show_the_sink_the_streams_and_a_peer_of_another_mode(tmp_path):
+    """An operator watches a service through its metrics, not its exit: messages its
+    Parquet sink cannot write (left out, the rest written), the streams by status, and a
+    sender started in the wrong mode show there while it runs, as the report says at
+    the end."""
+    from nakflow.errors import PeerMismatch
+
+    pytest.importorskip("pyarrow")
+    proc, ready = start_service(tmp_path, "--sink", f"parquet:{tmp_path / 'pq'}")
+    try:
+        with Sender(ready["data"], ready["feedback"], mode="nak", stream="svc") as tx:
+            tx.wait_for_receivers(1)
+            tx.send_batch([msgpack.packb({"i": i}) for i in range(300)] + [b"\x07"] * 3)
+
+        def sunk() -> float:
+            page = scrape(ready["metrics"])
+            return sum(value(page, "nakflow_sink_messages_total", outcome=o)
+                       for o in ("written", "rejected"))
+
+        wait_until(lambda: sunk() == 303, 60, "the sink to take every message")
+        with pytest.raises(PeerMismatch, match="mode"), Sender(
+                ready["data"], ready["feedback"], mode="ack", stream="svc") as wrong:
+            wrong.wait_for_receivers(1, timeout=10)
+        wait_until(lambda: value(scrape(ready["metrics"]), "nakflow_peer_mismatch_total",
+                                 kind="mode") > 0, 30, "the mismatch")
+        page = scrape(ready["metrics"])
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = json.loads(stdout)
+    assert proc.returncode == 1, stderr  # rejected messages and a mismatch are problems
+    sink = {"sink": f"parquet:{tmp_path / 'pq'}"}
+    assert [value(page, "nakflow_sink_messages_total", outcome=o, **sink)
+            for o in ("written", "rejected", "not_written")] == [300, 3, 0]
+    assert value(page, "nakflow_sink_failed", **sink) == 0
+    assert (report["sink"]["written"], report["sink"]["rejected"]) == (300, 3)
+    assert [value(page, "nakflow_streams", status=s)
+            for s in ("complete", "open", "incomplete")] == [1, 0, 0]
+    assert 0 < value(page, "nakflow_peer_mismatch_total", kind="mode") <= report[
+        "mode_mismatch"]
+    assert value(page, "nakflow_peer_mismatch_total", kind="key") == 0
 
 
 def test_send_serves_metrics_while_it_runs(tmp_path):

@@ -309,6 +309,15 @@ class _Consumer:
                 self.error = str(exc)
                 log.error("%s; stopping", exc)
 
+    def sink_report(self) -> dict[str, Any] | None:
+        """The report's ``sink`` row (None without a sink): also scraped while it runs."""
+        sink = self.sink
+        if sink is None:
+            return None
+        return {"target": sink.name, "written": sink.written, "not_written": self.unsunk,
+                "error": self.error, "rejected": sink.rejected,
+                "rejected_why": sink.rejected_why}
+
     def hand_over(self, msgs: Sequence[Any]) -> None:
         from ..live.sinks import SinkError
 
@@ -328,6 +337,21 @@ class _Consumer:
             self.unsunk = len(msgs)
             log.exception("%s; stopping (messages not handed over are counted in the "
                           "report)", self.error)
+
+
+class _WithSink:
+    """What ``--metrics-port`` scrapes of a receive: the receiver's snapshot and, with
+    ``--sink``, its sink's row (a sink that rejects or failed shows in the metrics)."""
+
+    def __init__(self, rx: Any, consumer: _Consumer) -> None:
+        self.rx, self.consumer = rx, consumer
+
+    def snapshot(self) -> dict[str, Any]:
+        snap: dict[str, Any] = self.rx.snapshot()
+        sink = self.consumer.sink_report()
+        if sink is not None:
+            snap["sink"] = sink
+        return snap
 
 
 class _Waiting:
@@ -404,7 +428,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
     metrics = None
     interrupted: Interrupted | None = None
     try:  # from here on a signal stops the receiver the orderly way
-        metrics = serve_metrics(args, rx)
+        metrics = serve_metrics(args, _WithSink(rx, consumer))
         if args.ready_file:
             with open(args.ready_file + ".tmp", "w") as f:
                 json.dump({"data": rx.data_endpoints, "feedback": rx.feedback_endpoints,
@@ -467,9 +491,7 @@ def cmd_receive(args: argparse.Namespace) -> int:
     snap["ends"] = len(rx.ends())
     snap["process_cpu_s"] = round(time.process_time(), 3)  # every thread of the process
     if sink is not None:
-        snap["sink"] = {"target": sink.name, "written": sink.written,
-                        "not_written": consumer.unsunk, "error": consumer.error,
-                        "rejected": sink.rejected, "rejected_why": sink.rejected_why}
+        snap["sink"] = consumer.sink_report()
     verdict = receiver_verdict(snap, expect_senders=args.senders, service=not one_shot)
     snap["summary"] = verdict.line
     snap["problems"] = verdict.problems

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 from transports import EndpointError
 
+from ..report import stream_counts
+
 try:
     from prometheus_client import CollectorRegistry, push_to_gateway, start_http_server
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -49,6 +51,8 @@ SENDER_COUNTERS = (
      "Feedback frames received (NAKs, credits, repair requests, HELLOs)"),
     ("nakflow_feedback_malformed", "feedback_malformed",
      "Feedback frames dropped as malformed"),
+    ("nakflow_feedback_foreign", "feedback_foreign",
+     "Feedback frames of another stream, or of a kind that does not belong there"),
 )
 SENDER_GAUGES = (
     ("nakflow_rate_limit_messages_per_second", "rate_limit", "Current send-rate limit"),
@@ -63,6 +67,8 @@ RECEIVER_COUNTERS = (
     ("nakflow_messages_duplicate", "duplicates", "Messages that arrived more than once"),
     ("nakflow_frames_received", "frames", "DATA frames received"),
     ("nakflow_frames_malformed", "malformed", "Frames dropped as malformed"),
+    ("nakflow_frames_foreign", "foreign",
+     "Frames of another stream, or of a kind that does not belong on the data channel"),
     ("nakflow_naks_suppressed", "naks_suppressed", "NAKs not sent: another receiver's heard"),
     ("nakflow_credits_sent", "credits_sent", "Credit frames sent (ack mode)"),
     ("nakflow_backpressure_seconds", "backpressure_duration_s",
@@ -72,9 +78,12 @@ RECEIVER_GAUGES = (
     ("nakflow_queue_messages", "queued", "Messages waiting in the receiver's queue"),
     ("nakflow_queue_capacity_messages", "capacity_msgs", "The queue's bound"),
     ("nakflow_queue_peak_messages", "queue_peak", "Most messages ever waiting in the queue"),
+    ("nakflow_senders_silent", "senders_silent",
+     "Streams whose sender fell silent without END (killed, or cut off)"),
 )
-#: nakflow_messages_lost_total's reasons and the snapshot keys they come from.
-LOSS_REASONS = (("in_flight", "lost"), ("queue_full", "dropped_unrepaired"),
+#: nakflow_messages_missing's reasons and the snapshot keys they come from. A gauge: the
+#: messages missing now, which repair brings down (in_flight, queue_full, before_join).
+MISSING_REASONS = (("in_flight", "lost"), ("queue_full", "dropped_unrepaired"),
                 ("beyond_history", "beyond_history"), ("before_join", "missed_before_join"))
 
 
@@ -143,6 +152,12 @@ def snapshot_metrics(snap: Mapping[str, Any]) -> list[Metric]:
         naks.add_metric([*values, str(level)], float(count))
     out.append(naks)
     _by_signal(out, names, values, role, snap)
+    mismatch = CounterMetricFamily("nakflow_peer_mismatch", "Frames from peers in another "
+                                   "mode, or with another shared key (or none)",
+                                   labels=[*names, "kind"])
+    for kind in ("mode", "key"):
+        mismatch.add_metric([*values, kind], float(snap.get(f"{kind}_mismatch") or 0))
+    out.append(mismatch)
     if role == "sender":
         repair = snap.get("repair") or {}
         add(CounterMetricFamily, "nakflow_repair_requests_received",
@@ -159,11 +174,19 @@ def snapshot_metrics(snap: Mapping[str, Any]) -> list[Metric]:
     capacity = snap.get("capacity_msgs") or 0
     add(GaugeMetricFamily, "nakflow_queue_fill_ratio", "Queue fill, 0 to 1",
         (snap.get("queued") or 0) / capacity if capacity else 0.0)
-    lost = CounterMetricFamily("nakflow_messages_lost", "Messages sent but never delivered "
-                               "here, by reason", labels=[*names, "reason"])
-    for reason, key in LOSS_REASONS:
-        lost.add_metric([*values, reason], float(snap.get(key) or 0))
-    out.append(lost)
+    missing = GaugeMetricFamily("nakflow_messages_missing", "Messages sent and not delivered "
+                                "here now, by reason (repair brings in_flight, queue_full "
+                                "and before_join down)", labels=[*names, "reason"])
+    for reason, key in MISSING_REASONS:
+        missing.add_metric([*values, reason], float(snap.get(key) or 0))
+    out.append(missing)
+    streams = GaugeMetricFamily("nakflow_streams", "Streams by status: complete, open (no "
+                                "END yet), incomplete (END short, or the sender gone "
+                                "without END)", labels=[*names, "status"])
+    for status, n in stream_counts(dict(snap)).items():
+        streams.add_metric([*values, status], float(n))
+    out.append(streams)
+    _sink(out, names, values, snap.get("sink"))
     add(CounterMetricFamily, "nakflow_repair_requests_sent", "Repair requests sent",
         (snap.get("repair") or {}).get("requests_sent", 0))
     latency = snap.get("latency_ms") or {}
@@ -177,6 +200,24 @@ def snapshot_metrics(snap: Mapping[str, Any]) -> list[Metric]:
                 family.add_metric([*values, q], v / 1000.0)
         out.append(family)
     return out
+
+
+def _sink(out: list[Metric], names: list[str], values: list[str],
+          sink: Mapping[str, Any] | None) -> None:
+    """``nakflow receive --sink``: what its sink did with the messages delivered, and
+    whether it failed (the receive stops then)."""
+    if not sink:
+        return
+    names, values = [*names, "sink"], [*values, str(sink.get("target", ""))]
+    done = CounterMetricFamily("nakflow_sink_messages", "Messages the sink wrote, rejected "
+                               "(no row it can write: left out, the rest written) or did "
+                               "not write (after it failed)", labels=[*names, "outcome"])
+    for outcome in ("written", "rejected", "not_written"):
+        done.add_metric([*values, outcome], float(sink.get(outcome) or 0))
+    failed = GaugeMetricFamily("nakflow_sink_failed", "1 once the sink failed (the receive "
+                               "stops), else 0", labels=names)
+    failed.add_metric(values, 1.0 if sink.get("error") else 0.0)
+    out += [done, failed]
 
 
 def _by_signal(out: list[Metric], names: list[str], values: list[str], role: str,
