@@ -72,7 +72,7 @@ RECEIVER_COUNTERS = (
     ("nakflow_naks_suppressed", "naks_suppressed", "NAKs not sent: another receiver's heard"),
     ("nakflow_credits_sent", "credits_sent", "Credit frames sent (ack mode)"),
     ("nakflow_backpressure_seconds", "backpressure_duration_s",
-     "Seconds the queue spent at or above its first NAK level"),
+     "Seconds of backpressure episodes: from the queue full until it drained below half"),
 )
 RECEIVER_GAUGES = (
     ("nakflow_queue_messages", "queued", "Messages waiting in the receiver's queue"),
