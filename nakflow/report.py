@@ -165,7 +165,7 @@ def superseded(streams: list[dict[str, Any]]) -> set[int]:
 def _failures(snap: dict[str, Any]) -> list[str]:
     """What failed beside the streams: the receiver itself (``error``), the messages a
     ``handler=`` raised on, the CLI's sink (its ``sink`` row). The delivered line counts
-    what reached the application; a sink that died took less, which only its row said."""
+    what reached the application; a sink that died wrote less, which only its row said."""
     out = []
     if snap.get("error"):
         out.append(f"the receiver failed: {snap['error']}")
@@ -176,7 +176,7 @@ def _failures(snap: dict[str, Any]) -> list[str]:
         out.append(f"the sink could not write {_n(sink['rejected'])} messages (the first: "
                    f"{sink['rejected_why']}); it wrote the others")
     if sink and sink.get("error"):
-        out.append(f"the sink took {_n(sink['written'])} messages, not the other "
+        out.append(f"the sink wrote {_n(sink['written'])} messages, not the other "
                    f"{_n(sink['not_written'])}: {sink['error']}")
     return out
 

@@ -220,7 +220,7 @@ def test_a_sink_that_dies_mid_stream_stops_the_service_with_1_and_says_what_it_w
     assert sink["written"] + sink["not_written"] == json.loads(out)["delivered"]
     assert len((tmp_path / "got").read_text().splitlines()) == 100
     # the last lines say so too (they said "delivered N of N, 0 missing" and no more)
-    assert (f"nakflow receive: problem: the sink took {sink['written']:,} messages, not the "
+    assert (f"nakflow receive: problem: the sink wrote {sink['written']:,} messages, not the "
             f"other {sink['not_written']:,}: sink cmd:head -n 100") in err
 
 
@@ -270,6 +270,61 @@ def test_messages_the_parquet_sink_cannot_write_are_counted_and_the_rest_written
             f"{report['senders'][0]['sender']} ") in err
     assert ("seq 10: a msgpack int, not a row (a map of column name to value)); it wrote "
             "the others") in err
+
+
+def test_a_parquet_sink_that_fills_its_disk_counts_written_only_what_a_reader_gets(
+        tmp_path):
+    """The disk fills (here: a file size limit, RLIMIT_FSIZE) as the second stream's rows
+    go into their file: that file cannot be read. Its messages were counted written when
+    they were handed over (21,000 written, 0 not written, one file of 1,000 rows on disk).
+    Now written counts closed files: 1,000, the rest not written, and the directory reads
+    (the broken file is removed; an open one is hidden, ``.part-...``, so a reader of the
+    directory never trips on it)."""
+    pytest.importorskip("pyarrow")
+    import resource
+
+    import msgpack
+    import pyarrow.parquet as pq
+
+    from nakflow.testing import nakflow_cmd
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    data, fb = endpoints()
+    out_dir = tmp_path / "pq"
+    rx = subprocess.Popen(
+        nakflow_cmd("receive", "--data", data, "--feedback", fb, "--json", "--senders", "2",
+                    "--sink", f"parquet:{out_dir}"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=small_files)
+    try:
+        assert rx.stderr is not None and "ready" in rx.stderr.readline()
+        with Sender(data, fb) as tx:
+            tx.wait_for_receivers(1, timeout=30)
+            tx.send_batch([msgpack.packb({"i": i}) for i in range(1_000)])
+        deadline = time.monotonic() + 60
+        while not any(p.suffix == ".parquet" for p in out_dir.iterdir()):  # its file closed
+            assert time.monotonic() < deadline and rx.poll() is None
+            time.sleep(0.02)
+        with Sender(data, fb) as tx:  # 20,000 rows of 150 random bytes: 3 MB, over it
+            tx.wait_for_receivers(1, timeout=30)
+            for start in range(0, 20_000, 1_000):
+                tx.send_batch([msgpack.packb({"i": i, "s": os.urandom(150).hex()})
+                               for i in range(start, start + 1_000)])
+        out, err = rx.communicate(timeout=120)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+    assert rx.returncode == 1, err
+    report = json.loads(out)
+    sink = report["sink"]
+    assert "File too large" in sink["error"]
+    assert report["delivered"] == 21_000
+    assert (sink["written"], sink["not_written"], sink["rejected"]) == (1_000, 20_000, 0)
+    assert sink["written"] + sink["not_written"] == report["delivered"]
+    assert pq.read_table(out_dir).column("i").to_pylist() == list(range(1_000))
+    assert [p.name.startswith("part-") for p in out_dir.iterdir()] == [True]
 
 
 def test_a_handler_that_raises_is_a_problem_in_the_receivers_verdict():

@@ -314,9 +314,9 @@ class _Consumer:
         sink = self.sink
         if sink is None:
             return None
-        return {"target": sink.name, "written": sink.written, "not_written": self.unsunk,
-                "error": self.error, "rejected": sink.rejected,
-                "rejected_why": sink.rejected_why}
+        return {"target": sink.name, "written": sink.written,
+                "not_written": self.unsunk + sink.lost, "error": self.error,
+                "rejected": sink.rejected, "rejected_why": sink.rejected_why}
 
     def hand_over(self, msgs: Sequence[Any]) -> None:
         from ..live.sinks import SinkError
@@ -328,10 +328,9 @@ class _Consumer:
             return
         try:
             self.sink.write(msgs)
-        except SinkError as exc:
-            self.error, self.unsunk = str(exc), len(msgs)
-            log.error("%s; stopping (messages not handed over are counted in the report)",
-                      exc)
+        except SinkError as exc:  # the sink counted what it lost (its ``lost``)
+            self.error = str(exc)
+            log.error("%s; stopping (messages not written are counted in the report)", exc)
         except Exception as exc:  # a sink's bug: reported as its failure, not a traceback
             self.error = f"sink {self.sink.name} failed: {type(exc).__name__}: {exc}"
             self.unsunk = len(msgs)

@@ -97,6 +97,7 @@ class JsonLinesSink:
         self.stream, self.out, self.owned, self.name = stream, out, owned, name
         self.written = 0
         self.rejected, self.rejected_why = 0, None  # any payload makes a line
+        self.lost = 0  # messages handed over that a failure kept from being written
 
     def write(self, msgs: Sequence[Message]) -> None:
         if not msgs:
@@ -106,6 +107,7 @@ class JsonLinesSink:
             self.out.write(data)  # disk failed a later write, and took the buffer's lines
             self.out.flush()  # along, counted written)
         except (OSError, ValueError) as exc:
+            self.lost += len(msgs)
             raise SinkError(f"sink {self.name} failed: {exc}") from exc
         self.written += len(msgs)
 
@@ -222,7 +224,15 @@ class ParquetSink:
     at the receiver's stop (a signal too): nothing taken from the queue is left
     unwritten. A message that is no row (neither Arrow nor a msgpack map) or holds a value
     Parquet cannot take (an integer beyond int64) is left out and counted (``rejected``);
-    the others are written. Files are ``part-<start>-<n>.parquet``."""
+    the others are written. Files are ``part-<start>-<n>.parquet``; the one being written
+    is ``.part-<start>-<n>.parquet.part``, hidden (a leading dot) from Spark and pyarrow,
+    which read every other file of a directory and failed on an open one.
+
+    ``written`` counts the messages in closed files, the ones a reader gets; those handed
+    over and not yet in one are ``pending``. A failure (a full disk at a row group or a
+    footer) loses the open file and what is buffered: its messages are counted ``lost``
+    (the file is removed, as it cannot be read), so that ``written + rejected + lost +
+    pending`` is every message handed over."""
 
     ROW_GROUP_ROWS = 128 * 1024
     FILE_ROWS = 4 * 1024 * 1024
@@ -247,12 +257,16 @@ class ParquetSink:
         if not os.access(directory, os.W_OK):
             raise SinkError(f"--sink {self.name}: {directory} is not writable")
         self.prefix = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-        self.written = 0  # messages handed over
+        self.written = 0  # messages in closed files
+        self.pending = 0  # messages handed over, not yet in a closed file
+        self.lost = 0  # messages handed over, lost with a file a failure left unreadable
         self.rejected = 0  # messages that are no row it can write, left out
         self.rejected_why: str | None = None  # the first of them, and why
         self.rows = 0  # rows in closed or open files
         self.files: list[str] = []
         self._buf: list[Any] = []
+        self._buf_msgs = 0  # messages in _buf
+        self._file_msgs = 0  # messages in the open file
         self._buf_rows = 0
         self._buf_schema: Any = None  # the buffered batches' schemas merged
         self._schema: Any = None  # the open file's, or the last file's
@@ -263,8 +277,9 @@ class ParquetSink:
     def write(self, msgs: Sequence[Message]) -> None:
         if not msgs:
             return
-        rejected = self.rejected
-        for batch in self._batches(msgs):
+        batches = self._batches(msgs)
+        self.pending += sum(n for _batch, n in batches)
+        for batch, n in batches:
             merged = self._merged(self._buf_schema, batch.schema)
             if merged is None:  # a column's type changed for good: what came before goes
                 self._write_buffer()
@@ -272,19 +287,20 @@ class ParquetSink:
             self._buf_schema = merged
             self._buf.append(batch)
             self._buf_rows += batch.num_rows
-        self.written += len(msgs) - (self.rejected - rejected)
+            self._buf_msgs += n
         if self._buf_rows >= self.ROW_GROUP_ROWS:
             self._write_buffer()
 
-    def _batches(self, msgs: Sequence[Message]) -> list[Any]:
-        """``msgs`` as record batches, each inferred from its own rows (nothing cast):
-        one, or, where a column's type changes within them, one per side of the change.
-        A message that is no row it can write (not Arrow nor a msgpack map, a number
-        beyond int64) is left out and counted: the others are written."""
+    def _batches(self, msgs: Sequence[Message]) -> list[tuple[Any, int]]:
+        """``msgs`` as record batches, each inferred from its own rows (nothing cast), and
+        the messages in each: one, or, where a column's type changes within them, one per
+        side of the change. A message that is no row it can write (not Arrow nor a
+        msgpack map, a number beyond int64) is left out and counted: the others are
+        written."""
         from ..arrow import ArrowDecodeError, to_record_batch
 
         try:
-            return [to_record_batch(msgs)]
+            return [(to_record_batch(msgs), len(msgs))]
         except (ArrowDecodeError, self.pa.ArrowException, OverflowError) as exc:
             if len(msgs) == 1:
                 self._reject(msgs[0], exc)
@@ -326,34 +342,64 @@ class ParquetSink:
                 [schema.empty_table(), *(self.pa.Table.from_batches([b]) for b in self._buf)],
                 promote_options="permissive")
         self._buf, self._buf_rows, self._buf_schema = [], 0, None
+        msgs, self._buf_msgs = self._buf_msgs, 0  # still pending: a failure loses them
+        if self._writer is not None and schema != self._schema:
+            self._close_file()  # a wider schema, or one that does not merge
         try:
-            if self._writer is not None and schema != self._schema:
-                self._close_file()  # a wider schema, or one that does not merge
             if self._writer is None:
-                self._path = os.path.join(self.dir, f"{self.prefix}-{len(self.files):05d}")
-                self._writer = self.pq.ParquetWriter(self._path + ".part", schema)
+                name = f"{self.prefix}-{len(self.files):05d}.parquet"
+                self._path = os.path.join(self.dir, name)
+                self._writer = self.pq.ParquetWriter(self._open_path(), schema)
                 self._schema = schema
             self._writer.write_table(table, row_group_size=self.ROW_GROUP_ROWS)
         except OSError as exc:
-            raise SinkError(f"sink {self.name} failed: {exc}") from exc
+            raise self._failed(exc) from exc
+        self._file_msgs += msgs
         self._file_rows += table.num_rows
         self.rows += table.num_rows
         if self._file_rows >= self.FILE_ROWS:
             self._close_file()
+
+    def _open_path(self) -> str:
+        """The open file's name: hidden, so that readers of the directory skip it."""
+        import os
+
+        head, tail = os.path.split(self._path)
+        return os.path.join(head, f".{tail}.part")
 
     def _close_file(self) -> None:
         import os
 
         if self._writer is None:
             return
-        writer, self._writer = self._writer, None
         try:
-            writer.close()
-            os.replace(self._path + ".part", self._path + ".parquet")
+            self._writer.close()
+            os.replace(self._open_path(), self._path)
         except OSError as exc:
-            raise SinkError(f"sink {self.name} failed: {exc}") from exc
-        self.files.append(self._path + ".parquet")
-        self._file_rows = 0
+            raise self._failed(exc) from exc
+        self._writer = None
+        self.files.append(self._path)
+        self.written += self._file_msgs
+        self.pending -= self._file_msgs
+        self._file_rows = self._file_msgs = 0
+
+    def _failed(self, exc: OSError) -> SinkError:
+        """A write or a close failed: the open file cannot be read, and is removed; its
+        messages and the buffer's are lost, and counted."""
+        import contextlib
+        import os
+
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._open_path())
+        self.lost += self.pending
+        self.rows -= self._file_rows
+        self.pending = self._file_msgs = self._file_rows = self._buf_msgs = 0
+        self._buf, self._buf_rows, self._buf_schema = [], 0, None
+        return SinkError(f"sink {self.name} failed: {exc}")
 
     def flush(self) -> None:
         """A stream ended and the queue is empty: what is buffered goes into a closed,
