@@ -33,6 +33,8 @@ EXAMPLES = [
     Bye("s", "p0", "sender", 3, 1.0),
     End("s", "p0", 3, 5000, 9.0),
     Hello("s", "r1", "receiver", "nak", 0, 0, "", 1.0, receipts=True),
+    Hello("s", "r1", "receiver", "nak", 0, 0, "p0", 1.0, receipts=True, room=40,
+          max_frame=32_768),
     Repair("s", "r1", "p0", 3, ((5, 9),), 1.0, to_me=True, hold=True),
     Receipt("s", "r1", "p0", 3, 5000, (0, 0, 0, 0), 9.5),
     Receipt("s", "r1", "p0", 3, 5000, (1, 2, 3, 4), 9.5),

@@ -465,3 +465,34 @@ def test_a_frame_bound_above_16_mib_holds_on_both_sides():
         (stream,) = rx.snapshot()["senders"]
     assert got == [5, 20 * 1024 * 1024, 5] and stream["status"] == "complete"
     assert tx.snapshot()["at_close"][0]["status"] == "complete"
+
+
+def test_frames_stay_within_the_smallest_bound_a_receiver_said():
+    """Each side had its own ``max_frame_bytes`` and no frame said the receiver's: one of
+    32 KiB beside a default sender lost the 64 KiB frames the sender batched (its socket
+    drops the connection at a bigger frame), 316 of 3,000 reported ``beyond_history``,
+    and a message bigger than it takes went the same way. A sender whose own bound was
+    64 KiB could not ``send_batch`` 1,000 messages of 1 KB (its 256 KiB frames: a
+    ValueError). The receiver's HELLO answer now says its bound: no frame is built
+    bigger, and a message no frame for it can hold is refused, naming it, before it is
+    sent."""
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", max_frame_bytes=32 * 1024) as small, \
+            Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as default:
+        with Sender(small.data_endpoints + default.data_endpoints,
+                    small.feedback_endpoints + default.feedback_endpoints) as tx:
+            tx.wait_for_receivers(2, timeout=10)
+            for _ in range(3_000):
+                tx.send(b"y" * 500)  # frames of 64 KiB by default
+            tx.send_batch([b"z" * 1_000] * 1_000)  # frames of 256 KiB by default
+            with pytest.raises(ValueError, match=f"receiver {small.receiver_id} takes"):
+                tx.send(b"x" * 40_000)
+        for rx in (small, default):
+            assert len(list(rx.messages(senders=1, timeout=30))) == 4_000
+            (stream,) = rx.snapshot()["senders"]
+            assert (stream["status"], stream["beyond_history"]) == ("complete", 0)
+    assert [r["status"] for r in tx.snapshot()["at_close"]] == ["complete"] * 2
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
+        with Sender(rx.data_endpoints, rx.feedback_endpoints, max_frame_bytes=64 * 1024) as tx:
+            tx.wait_for_receivers(timeout=10)
+            tx.send_batch([b"z" * 1_000] * 1_000)
+        assert len(list(rx.messages(senders=1, timeout=30))) == 1_000

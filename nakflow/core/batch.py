@@ -67,8 +67,13 @@ class FrameBatcher:
         self.linger_s = linger_s
         self.max_msgs = max_msgs
         self.max_bytes = min(max_bytes, room)
+        #: payload bytes (each with PER_PAYLOAD_OVERHEAD) a frame may hold at most
+        self.room = room
         #: the largest payload that fits a frame of its own, bytes
         self.max_payload = room - PER_PAYLOAD_OVERHEAD
+        self._names_bytes = names_bytes
+        #: the receiver whose frame bound is below this sender's (``narrow``), and it
+        self.bound_by: tuple[str, int] | None = None
         self.payloads: list[bytes] = []
         self.nbytes = 0
         self.first_at = 0.0  # when the frame's first message was added
@@ -81,15 +86,32 @@ class FrameBatcher:
     def __len__(self) -> int:
         return len(self.payloads)
 
+    def narrow(self, max_frame_bytes: int, receiver: str) -> None:
+        """``receiver`` takes frames of ``max_frame_bytes`` at most (its HELLO said so):
+        no frame is built bigger, if that is below the bound so far."""
+        room = max_frame_bytes - FRAME_OVERHEAD - self._names_bytes
+        if room >= self.room or room <= PER_PAYLOAD_OVERHEAD:
+            return
+        self.room, self.max_payload = room, room - PER_PAYLOAD_OVERHEAD
+        self.max_bytes = min(self.max_bytes, room)
+        self.bound_by = (receiver, max_frame_bytes)
+
     def check(self, payload: bytes) -> None:
         """Raises TypeError for a payload that is not bytes-like (``check_payload``),
         ValueError for one no frame can hold."""
         if type(payload) is not bytes:
             check_payload(payload)
         if len(payload) > self.max_payload:
-            raise ValueError(
-                f"message of {len(payload):,} bytes exceeds max_frame_bytes: a frame holds at "
-                f"most {self.max_payload:,} bytes of one message (SenderConfig.max_frame_bytes; "
+            raise ValueError(self._too_big(len(payload)))
+
+    def _too_big(self, size: int) -> str:
+        if self.bound_by is not None:
+            receiver, bound = self.bound_by
+            return (f"message of {size:,} bytes is more than receiver {receiver} takes: its "
+                    f"frames hold at most {bound:,} bytes, {self.max_payload:,} of one "
+                    "message (its ReceiverConfig.max_frame_bytes)")
+        return (f"message of {size:,} bytes exceeds max_frame_bytes: a frame holds at most "
+                f"{self.max_payload:,} bytes of one message (SenderConfig.max_frame_bytes; "
                 "every receiver's ReceiverConfig.max_frame_bytes must allow the frame too)")
 
     def offer(self, payload: bytes, now: float) -> int:

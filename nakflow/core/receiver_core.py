@@ -284,7 +284,8 @@ class ReceiverCore(Endpoint):
         # its own clock; and says the queue's room: a starting sender's first window
         self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0,
                          frame.node, frame.ts, receipts=True,
-                         room=max(1, self._room(now)[0])), now)
+                         room=max(1, self._room(now)[0]), max_frame=self.max_frame_bytes),
+                   now)
 
     def _answered(self, sender: str, epoch: int) -> None:
         """The sender of a stream with gaps is there and serving it (a repair, even one

@@ -34,7 +34,7 @@ from ..wire.auth import FrameAuth
 from ..wire.codec import SIGNAL_CODES, Bye, Hello, Nak, Progress, Receipt, Repair, decode
 from ..wire.endpoint import Endpoint
 from .admission import ALLOWANCE_MSGS, ALLOWANCE_S, Admission
-from .batch import FrameBatcher
+from .batch import PER_PAYLOAD_OVERHEAD, FrameBatcher
 from .close import CloseTally, SenderClose, receiver_of
 from .framer import Framer
 from .lifecycle import CLOSED, CLOSING, OPEN, Lifecycle
@@ -193,8 +193,11 @@ class SenderCore(Endpoint):
         if not self._sized and start < n:
             self._size_hint(payloads[start])
         most = self.policy.frame_msgs(MAX_BATCH_MSGS)
-        while i < n and i - start < most and (size < MAX_BATCH_BYTES or i == start):
-            size += len(payloads[i])
+        room = min(MAX_BATCH_BYTES, self.batch.room)  # a frame every receiver takes
+        while i < n and i - start < most:
+            size += len(payloads[i]) + PER_PAYLOAD_OVERHEAD
+            if size > room and i > start:
+                break
             i += 1
         if self._owed_in_full(now):
             i = start + 1  # one at a time, at the floor rate
@@ -431,6 +434,8 @@ class SenderCore(Endpoint):
             self.policy.set_rtt(self.roster.rtt_s)
         if frame.mode != self.mode:
             self._mismatch(f"receiver {frame.node} runs mode {frame.mode!r}")
+        if frame.max_frame and me:  # an answer to this sender: no frame is built bigger
+            self.batch.narrow(frame.max_frame, frame.node)
         self.receiver_wait.on_hello(frame.node, frame.mode, now, echoes_us=me)
 
     def _on_repair(self, frame: Repair, now: float) -> None:

@@ -8,7 +8,7 @@ before msgpack sees it, and msgpack bounds every container by the input size).
 Extending a frame: new fields go at the end, with a default (``Nak.signal`` and
 ``Nak.rate``, ``Repair.to_me`` came this way in wire revision 2, ``Hello.announce`` in
 3, ``Hello.receipts`` and ``Repair.hold`` in 4, ``Data.startup`` in 5, ``Hello.room`` in
-6, ``Data.report_us`` in 7). A decoder accepts
+6, ``Data.report_us`` in 7, ``Hello.max_frame`` in 8). A decoder accepts
 a frame without them (from an older peer: the defaults apply) and ignores up to
 MAX_UNKNOWN_FIELDS trailing fields it does not know (from a newer one). ``encode`` leaves
 out trailing fields that hold their default, so a frame that uses no new field is the
@@ -37,8 +37,9 @@ VERSION = 1
 #: to_me; 3: a sender's HELLO may be an announcement of its last seq; 4: RECEIPT, a
 #: receiver's HELLO says it sends them, REPAIR may ask the sender to hold; 5: DATA may say
 #: the sender is starting, PROGRESS answers it; 6: a receiver's HELLO says its room; 7: a
-#: starting sender's DATA may ask for PROGRESS less often).
-WIRE_REVISION = 7
+#: starting sender's DATA may ask for PROGRESS less often; 8: a receiver's HELLO says the
+#: largest frame it takes).
+WIRE_REVISION = 8
 #: Trailing fields a decoder does not know and skips (a newer peer's additions), at most.
 MAX_UNKNOWN_FIELDS = 8
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -129,7 +130,11 @@ class Hello:
     ``room`` (revision 6): a receiver's answer says how many messages its queue has room
     for (below the share a start may fill, as PROGRESS does; 1 at least), so a sender
     sizes its start's first window before it sends (``policy.startup``); 0: not said (an
-    older receiver)."""
+    older receiver).
+
+    ``max_frame`` (revision 8): a receiver's answer says the largest frame it takes, bytes
+    (its ``max_frame_bytes``: its socket drops the connection at a bigger one), so a sender
+    builds no bigger frame and refuses a message no frame for it can hold; 0: not said."""
 
     stream: str
     node: str
@@ -142,6 +147,7 @@ class Hello:
     announce: bool = False
     receipts: bool = False
     room: int = 0
+    max_frame: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,7 +440,7 @@ _SCHEMA: dict[int, tuple[type, tuple[_Validator, ...]]] = {
     T_NAK: (Nak, (_name, _name, _level, _fill, _ts, _signal, _rate)),
     T_CREDIT: (Credit, (_name, _name, _name, _uint, _uint, _ts)),
     T_HELLO: (Hello, (_name, _name, _role, _mode, _uint, _uint, _echo, _ts, _bool, _bool,
-                       _uint)),
+                       _uint, _uint)),
     T_BYE: (Bye, (_name, _name, _role, _uint, _ts)),
     T_END: (End, (_name, _name, _uint, _uint, _ts)),
     T_RDATA: (RData, (_name, _name, _uint, _uint, _ts, _payloads)),
