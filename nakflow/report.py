@@ -45,6 +45,11 @@ def _mismatches(snap: dict[str, Any]) -> list[str]:
     if snap.get("key_mismatch"):
         out.append(f"{_n(snap['key_mismatch'])} frames from peers with another shared key, "
                    "or none (check every side's --shared-key)")
+    clashes = snap.get("receiver_id_clashes")
+    if clashes:
+        out.append(f"more than one receiver answers as {', '.join(map(repr, clashes))}: each "
+                   "needs an id of its own (check every receiver's --id); each id was counted "
+                   "as one receiver")
     return out
 
 
@@ -240,7 +245,8 @@ def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
         problems.append("no receiver answered: nothing was known to arrive (check "
                         "--data/--feedback: the receivers' data and feedback endpoints)")
     endpoints = snap.get("data_endpoints") or []
-    if receivers and not snap.get("multicast") and receivers < len(endpoints):
+    if (receivers and not snap.get("multicast") and receivers < len(endpoints)
+            and not snap.get("receiver_id_clashes")):  # else ids were shared: said below
         # each tcp/ipc data endpoint is one receiver: one never heard got nothing
         problems.append(f"{receivers} receiver{'s' if receivers != 1 else ''} heard on "
                         f"{len(endpoints)} data endpoints: {len(endpoints) - receivers} "

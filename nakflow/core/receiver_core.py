@@ -133,6 +133,9 @@ class ReceiverCore(Endpoint):
                           if repairing else None)
         self.mac = None if cfg.shared_key is None else FrameAuth(cfg.shared_key)
         self._rng = rng
+        #: this receiver's incarnation, in its HELLO's epoch: two receivers started with
+        #: one id answer a sender's HELLO with two, which the sender names (``roster``)
+        self.incarnation = 1 + (0 if rng is None else int(rng.random() * (1 << 52)))
         self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
         self.signals = FillSignals(cfg.nak, capacity_msgs=cap, on=cfg.mode == "nak")
         #: PROGRESS for senders in their start (any mode answers: only nak senders ask)
@@ -282,8 +285,8 @@ class ReceiverCore(Endpoint):
         self.endings.on_hello(key)
         # the answer echoes the sender's stamp: the sender measures the round trip on
         # its own clock; and says the queue's room: a starting sender's first window
-        self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0,
-                         frame.node, frame.ts, receipts=True,
+        self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode,
+                         self.incarnation, 0, frame.node, frame.ts, receipts=True,
                          room=max(1, self._room(now)[0]), max_frame=self.max_frame_bytes),
                    now)
 
@@ -580,8 +583,9 @@ class ReceiverCore(Endpoint):
                 self._send(report, now)
         if now >= self._next_hello:
             self._next_hello = now + self.config.hello_interval_s
-            self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode, 0, 0, "",
-                             now + self.wall_offset, receipts=True), now)
+            self._send(Hello(self.stream, self.receiver_id, "receiver", self.mode,
+                             self.incarnation, 0, "", now + self.wall_offset, receipts=True),
+                       now)
             self._look_for_silence(now)
         self._feedback(now)
 

@@ -30,6 +30,10 @@ class ReceiverRoster:
     said BYE (and were not heard since)."""
 
     def __init__(self) -> None:
+        #: ids that answered one HELLO from two receivers (two incarnations): receivers
+        #: started with one id, which this sender counts as one (``on_answer``)
+        self.clashes: dict[str, None] = {}
+        self._answers: dict[tuple[str, float], int] = {}  # (id, stamp) -> incarnation
         self.present: dict[str, None] = {}
         self.answered: dict[str, None] = {}
         self._ever: dict[str, None] = {}
@@ -66,6 +70,25 @@ class ReceiverRoster:
         remember(self.answered, node)
         self._sample(node, rtt_s)
         return first
+
+    def on_answer(self, node: str, stamp: float, incarnation: int) -> bool:
+        """Receiver ``node`` in ``incarnation`` answered this sender's HELLO of ``stamp``.
+        True if another incarnation answered that same HELLO under the same id: two
+        receivers share it (one receiver reached twice answers twice in one incarnation;
+        one restarted answers later HELLOs in its new one). 0: not said (older receiver)."""
+        if not incarnation:
+            return False
+        key = (node, stamp)
+        other = self._answers.get(key)
+        if other is None:
+            self._answers[key] = incarnation
+            if len(self._answers) > MAX_PEERS:
+                del self._answers[next(iter(self._answers))]
+            return False
+        if other == incarnation or node in self.clashes:
+            return False
+        remember(self.clashes, node, RTT_PEERS)
+        return True
 
     def on_bye(self, node: str) -> bool:
         """True if ``node`` was present (then it counts as ``left``)."""

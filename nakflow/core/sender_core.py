@@ -57,6 +57,11 @@ MAX_BATCH_BYTES = 256 * 1024
 BEHIND = frozenset((SIGNAL_CODES["delay"], SIGNAL_CODES["silence"]))
 
 
+#: Two receivers answered one HELLO under one id (``ReceiverRoster.on_answer``).
+CLASH = ("two receivers answer as {!r}: each receiver needs an id of its own (--id, "
+         "receiver_id); this sender counts them as one (in ack, one credit for both)")
+
+
 class SenderCore(Endpoint):
     """Sender protocol state. ``config`` must carry its ``sender_id`` and ``epoch``
     (``SenderConfig.named``). Every frame it hands out is ready to go (sealed if keyed).
@@ -338,8 +343,11 @@ class SenderCore(Endpoint):
             where += (f": each data endpoint leads to one receiver, so at most "
                       f"{len(self.path)} can answer (wait for fewer, or list every "
                       "receiver's endpoints)")
-        return self.wait_error(now, timed_out=True) or TimeoutError(
-            f"{ready} of {n} receivers answered in {timeout_s:g} s{where}")
+        said = f"{ready} of {n} receivers answered in {timeout_s:g} s"
+        cause = self.wait_error(now, timed_out=True)
+        if cause is None and self.roster.clashes:  # the count is short by the clash
+            cause = PeerMismatch(f"{said}: {CLASH.format(next(iter(self.roster.clashes)))}")
+        return cause or TimeoutError(f"{said}{where}")
 
     def send_timed_out(self, now: float, timeout_s: float | None) -> Exception:
         """What a driver raises when a send waited ``timeout_s`` (a send without one never
@@ -434,8 +442,11 @@ class SenderCore(Endpoint):
             self.policy.set_rtt(self.roster.rtt_s)
         if frame.mode != self.mode:
             self._mismatch(f"receiver {frame.node} runs mode {frame.mode!r}")
-        if frame.max_frame and me:  # an answer to this sender: no frame is built bigger
-            self.batch.narrow(frame.max_frame, frame.node)
+        if me:
+            if frame.max_frame:  # no frame is built bigger than this receiver takes
+                self.batch.narrow(frame.max_frame, frame.node)
+            if self.roster.on_answer(frame.node, frame.ts, frame.epoch):
+                self._warn(f"clash {frame.node}", CLASH.format(frame.node))
         self.receiver_wait.on_hello(frame.node, frame.mode, now, echoes_us=me)
 
     def _on_repair(self, frame: Repair, now: float) -> None:
@@ -578,7 +589,7 @@ def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
         "cuts": flow.get("cuts", 0), "cuts_by_signal": flow.get("cuts_by_signal", {}),
         "holds_by_signal": flow.get("holds_by_signal", {}), "limiting": flow.get("limiting"),
         "receivers": flow.get("receivers") if core.mode == "ack" else len(core.roster.present),
-        "receivers_seen": core.roster.seen,
+        "receivers_seen": core.roster.seen, "receiver_id_clashes": list(core.roster.clashes),
         "data_endpoints": list(core.path), "multicast": core.multicast,
         "rtt_ms": None if core.roster.rtt_s is None else round(core.roster.rtt_s * 1000, 3),
         "feedback_frames": core.feedback_frames, "feedback_bytes": core.feedback_bytes,

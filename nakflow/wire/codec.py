@@ -38,7 +38,7 @@ VERSION = 1
 #: receiver's HELLO says it sends them, REPAIR may ask the sender to hold; 5: DATA may say
 #: the sender is starting, PROGRESS answers it; 6: a receiver's HELLO says its room; 7: a
 #: starting sender's DATA may ask for PROGRESS less often; 8: a receiver's HELLO says the
-#: largest frame it takes).
+#: largest frame it takes, and its incarnation).
 WIRE_REVISION = 8
 #: Trailing fields a decoder does not know and skips (a newer peer's additions), at most.
 MAX_UNKNOWN_FIELDS = 8
@@ -116,7 +116,9 @@ class Credit:
 class Hello:
     """Presence. A sender's HELLO carries the next seq it will send; a receiver's
     HELLO that answers a sender's names it in ``echo`` ("" otherwise) and carries the
-    sender's ``ts`` back, so the sender measures the round trip on its own clock.
+    sender's ``ts`` back, so the sender measures the round trip on its own clock. A
+    receiver's ``epoch`` is its incarnation (revision 8; 0 before): two receivers started
+    with one id answer one HELLO with two, which the sender names.
 
     ``announce`` (revision 3): a sender's periodic word, while it is idle and for a
     while after END, that every seq below ``next_seq`` was sent (PGM's SPM, NORM's
