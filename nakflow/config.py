@@ -50,6 +50,16 @@ def no_nan(config: Any) -> None:
             raise ConfigError(f"{type(config).__name__}.{f.name} is NaN; give a number")
 
 
+def check_timeout(timeout: float | None, what: str) -> float | None:
+    """Return ``timeout`` (s; None: no limit) if it is a number >= 0, else raise ValueError
+    (as ``queue.Queue.get`` does): a negative one is no wait that was meant, and with NaN
+    no deadline is ever reached (``messages(timeout=nan)`` waited for ever)."""
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"{what}: timeout must be a number of seconds >= 0 (or None: no "
+                         f"limit), not {timeout!r}")
+    return timeout
+
+
 def check_mode(mode: str) -> str:
     """Return ``mode`` if it names a flow-control policy, else raise ConfigError."""
     if mode not in MODES:

@@ -92,6 +92,17 @@ class ThreadedPair:
             return got, exc
         return got, None
 
+    async def refused(self, side: str, name: str, *args: Any, **kw: Any) -> BaseException:
+        """What the sender's (``side`` "tx") or receiver's method ``name`` raises for these
+        arguments (an iterator's, such as ``messages``, once iterated)."""
+        try:
+            out = getattr(self.tx if side == "tx" else self.rx, name)(*args, **kw)
+            if hasattr(out, "__next__"):
+                list(out)
+        except Exception as exc:
+            return exc
+        raise AssertionError(f"{name}{args} {kw} raised nothing")
+
     def snapshots(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return self.tx.snapshot(), self.rx.snapshot()
 
@@ -152,6 +163,17 @@ class AsyncPair(ThreadedPair):
         except Exception as exc:
             return got, exc
         return got, None
+
+    async def refused(self, side: str, name: str, *args: Any, **kw: Any) -> BaseException:
+        try:
+            out = getattr(self.atx if side == "tx" else self.arx, name)(*args, **kw)
+            if hasattr(out, "__anext__"):
+                _ = [m async for m in out]
+            elif hasattr(out, "__await__"):
+                await out
+        except Exception as exc:
+            return exc
+        raise AssertionError(f"{name}{args} {kw} raised nothing")
 
     def snapshots(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return self.atx.snapshot(), self.arx.snapshot()

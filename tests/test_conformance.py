@@ -183,6 +183,36 @@ def test_try_send_never_waits_and_counts_refusals(driver: str) -> None:
     run(driver, scenario, tx={"nak": __import__("nakflow").NakConfig(initial_rate_msgs=1_000)})
 
 
+def test_arguments_no_call_can_use_are_refused_and_a_generator_is_a_batch(driver: str) -> None:
+    """A generator given to ``send_batch`` (``(row.encode() for row in rows)``) raised
+    ``object of type 'generator' has no len()``; one payload given in place of the batch
+    was sent a byte at a time or refused for its first byte. A negative count or timeout,
+    or a NaN one (no deadline is ever reached: ``messages(timeout=nan)`` waited for ever),
+    was taken or failed deep inside (``islice``). Each is a ValueError or TypeError
+    saying what is wrong, on every driver."""
+    if driver == "sim":
+        pytest.skip("the simulator drives the cores: no blocking calls, no timeouts")
+    nan = float("nan")
+
+    async def scenario(pair: Any) -> None:
+        await pair.send_batch(b"g%d" % i for i in range(5))
+        for side, name, args, kw, error, says in [
+                ("tx", "send_batch", (b"one",), {}, TypeError, "not one payload"),
+                ("tx", "send_batch", ("one",), {}, TypeError, "not one payload"),
+                ("tx", "wait_for_receivers", (1,), {"timeout": -1.0}, ValueError,
+                 "wait_for_receivers: timeout must be a number of seconds >= 0"),
+                ("rx", "get_many", (-5,), {}, ValueError, "max_n must be >= 0, not -5"),
+                ("rx", "get_many", (5,), {"timeout": nan}, ValueError, "not nan"),
+                ("rx", "messages", (), {"senders": -1}, ValueError, "senders must be >= 0"),
+                ("rx", "messages", (), {"timeout": nan}, ValueError, "messages: timeout")]:
+            exc = await pair.refused(side, name, *args, **kw)
+            assert isinstance(exc, error) and says in str(exc), (name, args, kw, exc)
+        await pair.close()
+        assert [m.payload for m in await pair.collect()] == [b"g%d" % i for i in range(5)]
+
+    run(driver, scenario)
+
+
 def test_messages_of_a_closed_receiver_yield_what_is_queued_then_say_it_is_closed(
         driver: str) -> None:
     """A receiver closed before its senders finished can never finish: ``messages()``

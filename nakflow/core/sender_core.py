@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..config import SenderConfig
@@ -223,10 +223,18 @@ class SenderCore(Endpoint):
         self._data_frame(payloads[start:start + granted], now, now)
         return granted, 0.0
 
-    def batch_offer(self, payloads: Sequence[bytes]) -> BatchOffer:
-        """``payloads`` to offer as a batch (``offer_batch``), a part at a time. Raises
-        TypeError or ValueError for any payload ``offer`` would refuse, before any of them
-        is sent (a bad one half way through used to leave the first part sent)."""
+    def batch_offer(self, payloads: Iterable[bytes]) -> BatchOffer:
+        """``payloads`` (any iterable: a generator is taken whole first) to offer as a
+        batch (``offer_batch``), a part at a time. Raises TypeError or ValueError for any
+        payload ``offer`` would refuse, before any of them is sent (a bad one half way
+        through used to leave the first part sent), and TypeError for one payload given
+        in place of the batch."""
+        if isinstance(payloads, (bytes, bytearray, memoryview, str)):
+            raise TypeError("send_batch takes a sequence of payloads, not one payload "
+                            f"({type(payloads).__name__}): send(payload), or "
+                            "send_batch([payload])")
+        if not isinstance(payloads, (list, tuple)):
+            payloads = list(payloads)  # a generator's len() was a TypeError
         check = self.batch.check
         for payload in payloads:
             check(payload)

@@ -9,7 +9,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import zmq
@@ -28,7 +28,7 @@ from transports import (
     with_reach,
 )
 
-from ..config import SenderConfig, with_overrides
+from ..config import SenderConfig, check_timeout, with_overrides
 from ..core.sender_core import SenderCore
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
@@ -97,7 +97,7 @@ class AsyncSender:
         self._transmit()
         return ok
 
-    async def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
+    async def send_batch(self, payloads: Iterable[bytes], timeout: float | None = None) -> None:
         """Send many messages in few DATA frames, paced by the policy as a whole."""
         offer = self.core.batch_offer(payloads)
         while not offer.done:
@@ -113,6 +113,7 @@ class AsyncSender:
         TimeoutError, or PeerMismatch as soon as a receiver that answered runs another
         mode or holds another shared key."""
         n = receivers_expected(self.core.path) if n is None else n
+        check_timeout(timeout, "wait_for_receivers")
         core, now = self.core, time.monotonic()
         end = now + timeout
         core.want_receivers(n, now)
@@ -246,6 +247,7 @@ class AsyncSender:
 
     async def _wait(self, retry: Callable[[float], float], wait: float, now: float,
                     timeout: float | None) -> None:
+        check_timeout(timeout, "send")  # checked when a send waits: then it matters
         give_up = math.inf if timeout is None else now + timeout
         while wait:
             self._transmit()  # what waits (a retry's repairs too) goes out before the wait

@@ -21,6 +21,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any
 
+from ..config import check_timeout
 from ..core.receiver_core import Message
 from ..wire import SenderKey
 
@@ -80,7 +81,11 @@ class DeliveryQueue:
     # -- the application's side ------------------------------------------------
     def take(self, max_n: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_n`` messages; waits up to ``timeout`` for the first one. A signal's
-        exception (KeyboardInterrupt) raised in it has taken nothing."""
+        exception (KeyboardInterrupt) raised in it has taken nothing. Raises ValueError for
+        a negative ``max_n``, or a ``timeout`` that is negative or NaN."""
+        if max_n < 0:
+            raise ValueError(f"get_many: max_n must be >= 0, not {max_n}")
+        check_timeout(timeout, "get_many")
         with self.lock:
             q = self._queue
             if not q:

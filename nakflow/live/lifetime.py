@@ -35,6 +35,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from ..config import check_timeout
 from ..errors import LocalProtocolError
 
 log = logging.getLogger("nakflow.live.sender")
@@ -65,6 +66,15 @@ def closed_before_done(receiver_id: str, finished: int, senders: int) -> LocalPr
     return LocalProtocolError(
         f"receiver {receiver_id} is closed: {finished} of {senders} senders finished, and "
         "nothing more can arrive (messages() before close(), or before the with block ends)")
+
+
+def check_senders(senders: int, timeout: float | None) -> None:
+    """A receiver's ``messages()`` (threaded or asyncio) refuses a negative ``senders``
+    (it ended at once, as if they had finished) and a ``timeout`` < 0 or NaN (with NaN it
+    waited for ever): ValueError."""
+    if senders < 0:
+        raise ValueError(f"messages: senders must be >= 0, not {senders}")
+    check_timeout(timeout, "messages")
 
 
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> Any:

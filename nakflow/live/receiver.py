@@ -27,7 +27,7 @@ from ..events import Event
 from ..wire import SenderKey
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness
-from .lifetime import closed_before_done, track
+from .lifetime import check_senders, closed_before_done, track
 
 __all__ = ["OVERFLOW_POLICIES", "Message", "Receiver"]
 
@@ -126,7 +126,8 @@ class Receiver:
         (``done``) and no other stream is still going (``live_streams``: more senders than
         ``senders``, whose rest would be cut off); raises TimeoutError after ``timeout`` s
         (None: no limit; a sender that died without END is finished only after
-        ``sender_gone_s``)."""
+        ``sender_gone_s``). Raises ValueError for ``senders`` < 0 or a timeout < 0."""
+        check_senders(senders, timeout)
         end = math.inf if timeout is None else time.monotonic() + timeout
         while True:
             batch = self.get_many(256, timeout=0.05)

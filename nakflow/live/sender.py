@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import zmq
@@ -34,7 +34,7 @@ from transports import (
     with_reach,
 )
 
-from ..config import SenderConfig, with_overrides
+from ..config import SenderConfig, check_timeout, with_overrides
 from ..core.sender_core import SenderCore
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
@@ -154,9 +154,10 @@ class Sender:
                 self._wake_timer()
             return ok
 
-    def send_batch(self, payloads: Sequence[bytes], timeout: float | None = None) -> None:
-        """Send many messages in few DATA frames, paced by the policy as a whole. Raises
-        TimeoutError after ``timeout`` s without any permission (what went stays sent)."""
+    def send_batch(self, payloads: Iterable[bytes], timeout: float | None = None) -> None:
+        """Send many messages (any iterable of payloads) in few DATA frames, paced by the
+        policy as a whole. Raises TimeoutError after ``timeout`` s without any permission
+        (what went stays sent)."""
         with self._lock:
             offer = self.core.batch_offer(payloads)
             while not offer.done:
@@ -194,6 +195,7 @@ class Sender:
         in ``ack`` each must also have granted. Raises TimeoutError, or PeerMismatch as
         soon as a receiver that answered runs another mode or holds another shared key."""
         n = receivers_expected(self.core.path) if n is None else n
+        check_timeout(timeout, "wait_for_receivers")
         with self._lock:
             core, now = self.core, time.monotonic()
             end = now + timeout
@@ -250,6 +252,7 @@ class Sender:
     def _wait(self, retry: Callable[[float], float], wait: float, now: float,
               timeout: float | None) -> None:
         """Serve feedback and timers until ``retry(now)`` is admitted (returns 0)."""
+        check_timeout(timeout, "send")  # checked when a send waits: then it matters
         give_up = math.inf if timeout is None else now + timeout
         while wait:
             limit = min(now + wait, give_up, self._timer_at(give_up))
