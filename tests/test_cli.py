@@ -661,3 +661,27 @@ def test_a_receiver_whose_senders_finished_waits_for_more_that_are_still_sending
     assert {s["sender"]: (s["status"], s["final_seq"]) for s in report["senders"]} == {
         "long": ("complete", sent[0]), "short": ("complete", 100)}
     assert report["delivered"] == sent[0] + 100
+
+
+def test_max_frame_bytes_raises_the_bound_and_a_receivers_own_binds_its_sender() -> None:
+    """``--max-frame-bytes`` on both commands: raised on both sides, two messages of 20 MB
+    arrive whole; raised on the sender's side alone, the receiver's answer says its own
+    (16 MiB) and the send stops at the first message, exit 2, naming the receiver, where
+    the frame would have been lost and reported ``beyond_history``."""
+    big = ("--max-frame-bytes", "25000000")
+    for rx_args, tx_exit in ((big, 0), ((), 2)):
+        data, fb = endpoints()
+        rx = receiver(data, fb, "--senders", "1", "--duration", "30", *rx_args)
+        try:
+            tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "2", "--size",
+                         "20000000", "--json", *big)
+        finally:
+            rx.terminate()
+            rx_out, _ = rx.communicate(timeout=60)
+        assert tx.returncode == tx_exit, tx.stderr
+        if tx_exit == 0:
+            assert json.loads(tx.stdout)["at_close"][0]["status"] == "complete"
+            assert json.loads(rx_out)["senders"][0]["received"] == 2
+        else:
+            assert ("error: message of 20,000,000 bytes is more than receiver r-" in tx.stderr
+                    and "takes: its frames hold at most 16,777,216 bytes" in tx.stderr)

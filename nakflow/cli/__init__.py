@@ -27,6 +27,7 @@ from .. import __version__
 from ..config import FRAME_MSGS, LINGER_S, MODES, NakConfig
 from ..errors import IncompleteDelivery, NakflowError, PeerMismatch
 from ..live.sinks import SINK_HELP
+from ..wire import DEFAULT_MAX_FRAME_BYTES
 from .commands import (
     EXIT_INCOMPLETE,
     Interrupted,
@@ -184,6 +185,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hwm", type=_positive_int, default=None, metavar="MSGS",
                    help="ZeroMQ high-water marks (send and receive) per peer; past it "
                         "PUB drops (default 200000)")
+    p.add_argument("--max-frame-bytes", type=_positive_int, default=None, metavar="BYTES",
+                   help="the largest frame this side takes (a receiver) or builds (a sender), "
+                        "bytes; a receiver's bound binds its senders once it answers them "
+                        f"(default {DEFAULT_MAX_FRAME_BYTES:,}: 16 MiB)")
     p.add_argument("--no-repair", action="store_true",
                    help="nak mode: no history, no repair requests (repair is on by default)")
     p.add_argument("--curve-secret", default=None, metavar="FILE",

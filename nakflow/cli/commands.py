@@ -206,6 +206,11 @@ def nak_config(args: argparse.Namespace) -> NakConfig:
     return NakConfig(**kw)
 
 
+def frame_bound(args: argparse.Namespace) -> dict[str, int]:
+    """``max_frame_bytes`` for a Sender or Receiver if --max-frame-bytes was given."""
+    return {} if args.max_frame_bytes is None else {"max_frame_bytes": args.max_frame_bytes}
+
+
 def serve_metrics(args: argparse.Namespace, source: Any) -> Any:
     """A Prometheus endpoint for the source if --metrics-port was given (else None)."""
     if args.metrics_port is None:
@@ -412,7 +417,8 @@ def cmd_receive(args: argparse.Namespace) -> int:
                       sender_gone_s=args.sender_gone or None,
                       options=socket_options(args), shared_key=shared_key(args),
                       repair=repair_config(args), test_data_loss=args.test_drop_data,
-                      ack=AckConfig(max_share=args.ack_max_share), nak=nak_config(args))
+                      ack=AckConfig(max_share=args.ack_max_share), nak=nak_config(args),
+                      **frame_bound(args))
     except BaseException:
         if sink is not None:
             sink.abandon()
@@ -548,7 +554,7 @@ def cmd_send(args: argparse.Namespace) -> int:
                 repair=repair_config(args), linger_s=args.linger_s,
                 feedback_proxy=args.feedback_proxy, frame_msgs=args.frame_msgs,
                 host_local={"auto": None, "yes": True, "no": False}[args.host_local],
-                nak=nak_config(args))
+                nak=nak_config(args), **frame_bound(args))
     metrics = serve_metrics(args, tx)
     if metrics is not None:
         say(f"nakflow send: metrics on {metrics.url}")

@@ -109,10 +109,10 @@ class FrameBatcher:
             receiver, bound = self.bound_by
             return (f"message of {size:,} bytes is more than receiver {receiver} takes: its "
                     f"frames hold at most {bound:,} bytes, {self.max_payload:,} of one "
-                    "message (its ReceiverConfig.max_frame_bytes)")
+                    "message (its ReceiverConfig.max_frame_bytes, receive --max-frame-bytes)")
         return (f"message of {size:,} bytes exceeds max_frame_bytes: a frame holds at most "
-                f"{self.max_payload:,} bytes of one message (SenderConfig.max_frame_bytes; "
-                "every receiver's ReceiverConfig.max_frame_bytes must allow the frame too)")
+                f"{self.max_payload:,} bytes of one message (SenderConfig.max_frame_bytes, "
+                "--max-frame-bytes; every receiver's must allow the frame too)")
 
     def offer(self, payload: bytes, now: float) -> int:
         """Offer an admitted payload. Returns ADDED; FIRST (added as the frame's first
