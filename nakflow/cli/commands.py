@@ -206,7 +206,7 @@ def nak_config(args: argparse.Namespace) -> NakConfig:
     return NakConfig(**kw)
 
 
-def frame_bound(args: argparse.Namespace) -> dict[str, int]:
+def frame_bound(args: argparse.Namespace) -> dict[str, Any]:
     """``max_frame_bytes`` for a Sender or Receiver if --max-frame-bytes was given."""
     return {} if args.max_frame_bytes is None else {"max_frame_bytes": args.max_frame_bytes}
 
