@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections import deque
 from collections.abc import Container
 from typing import Any, NamedTuple, Protocol
@@ -134,8 +135,10 @@ class ReceiverCore(Endpoint):
         self.mac = None if cfg.shared_key is None else FrameAuth(cfg.shared_key)
         self._rng = rng
         #: this receiver's incarnation, in its HELLO's epoch: two receivers started with
-        #: one id answer a sender's HELLO with two, which the sender names (``roster``)
-        self.incarnation = 1 + (0 if rng is None else int(rng.random() * (1 << 52)))
+        #: one id answer a sender's HELLO with two, which the sender names (``roster``).
+        #: Drawn from the process's own generator, not ``rng``: a seeded run's draws (the
+        #: simulator's) stay what they were
+        self.incarnation = 1 + random.getrandbits(52)
         self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
         self.signals = FillSignals(cfg.nak, capacity_msgs=cap, on=cfg.mode == "nak")
         #: PROGRESS for senders in their start (any mode answers: only nak senders ask)
