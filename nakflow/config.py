@@ -434,7 +434,8 @@ class SenderConfig:
     frame_msgs: int = FRAME_MSGS
     #: ... or payload bytes.
     frame_bytes: int = FRAME_BYTES
-    #: Largest frame the receivers accept, bytes: raise theirs (ReceiverConfig's) with it.
+    #: Largest frame this sender builds, bytes; a smaller bound a receiver's HELLO answer
+    #: says binds it too (raise the receivers', ReceiverConfig's, with it).
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     #: Sampling interval of the snapshot's timeline, s.
     timeline_interval_s: float = 0.05
@@ -505,7 +506,8 @@ class ReceiverConfig:
     #: How often a receiver says HELLO on the feedback channel, s.
     hello_interval_s: float = 0.5
     #: Largest frame accepted, bytes (up to 1 KiB bigger ones are dropped unparsed and
-    #: counted; ZeroMQ drops the connection at a bigger one, docs/known-limits.md).
+    #: counted; ZeroMQ drops the connection at a bigger one, docs/known-limits.md); said
+    #: in the HELLO answers, so that the senders build no bigger frame.
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     #: Sampling interval of the snapshot's timeline, s.
     timeline_interval_s: float = 0.05
