@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from collections import deque
 from collections.abc import Container
 from typing import Any, NamedTuple, Protocol
@@ -112,7 +111,7 @@ class ReceiverCore(Endpoint):
     (``ReceiverConfig.named``); ``rng`` draws the NAK and repair hold-offs."""
 
     def __init__(self, config: ReceiverConfig, *, now: float, wall_offset: float = 0.0,
-                 rng: Uniform | None = None) -> None:
+                 rng: Uniform | None = None, incarnation: int = 0) -> None:
         receiver_id = config.receiver_id
         if receiver_id is None:
             raise ConfigError("ReceiverCore needs a receiver_id (ReceiverConfig.named)")
@@ -134,11 +133,11 @@ class ReceiverCore(Endpoint):
                           if repairing else None)
         self.mac = None if cfg.shared_key is None else FrameAuth(cfg.shared_key)
         self._rng = rng
-        #: this receiver's incarnation, in its HELLO's epoch: two receivers started with
-        #: one id answer a sender's HELLO with two, which the sender names (``roster``).
-        #: Drawn from the process's own generator, not ``rng``: a seeded run's draws (the
+        #: this receiver's incarnation, in its HELLO's epoch (the driver's draw; 0: none):
+        #: two receivers started with one id answer a sender's HELLO with two, which the
+        #: sender names (``roster``). Not drawn from ``rng`` here: a seeded run's draws (the
         #: simulator's) stay what they were
-        self.incarnation = 1 + random.getrandbits(52)
+        self.incarnation = incarnation
         self.max_frame_bytes, self.wall_offset = cfg.max_frame_bytes, wall_offset
         self.signals = FillSignals(cfg.nak, capacity_msgs=cap, on=cfg.mode == "nak")
         #: PROGRESS for senders in their start (any mode answers: only nak senders ask)

@@ -40,8 +40,9 @@ class AsyncReceiver:
         cfg = with_overrides(config, ReceiverConfig, overrides).named(f"r-{uuid.uuid4().hex[:12]}")
         t0 = time.monotonic()
         self._wall_offset = time.time() - t0
-        self.core = ReceiverCore(cfg, now=t0, wall_offset=self._wall_offset,
-                                 rng=random.Random())
+        rng = random.Random()
+        self.core = ReceiverCore(cfg, now=t0, wall_offset=self._wall_offset, rng=rng,
+                                 incarnation=1 + rng.getrandbits(52))
         self._on_event = on_event
         ctx: Any = context or zmq.asyncio.Context.instance()
         sockets = open_receiver_sockets(ctx, data, feedback, overhear, options,

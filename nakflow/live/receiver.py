@@ -64,8 +64,9 @@ class Receiver:
         cfg = with_overrides(config, ReceiverConfig, overrides).named(f"r-{uuid.uuid4().hex[:12]}")
         t0 = time.monotonic()
         self._wall_offset = time.time() - t0
-        self.core = ReceiverCore(cfg, now=t0, wall_offset=self._wall_offset,
-                                 rng=random.Random())
+        rng = random.Random()
+        self.core = ReceiverCore(cfg, now=t0, wall_offset=self._wall_offset, rng=rng,
+                                 incarnation=1 + rng.getrandbits(52))
         self.config, self._on_event = cfg, on_event
         sockets = open_receiver_sockets(context, data, feedback, overhear, options,
                                         self.core.subscriptions(), cfg.max_frame_bytes)
