@@ -116,8 +116,8 @@ class StandaloneCluster:
             try:
                 if ready(self.state()):
                     return
-            except OSError:
-                pass  # the web UI is not up yet
+            except (OSError, ValueError):  # the web UI is not up yet, or is up before its
+                pass  # /json/ page: an empty or HTML body (a CI run's "Expecting value")
             time.sleep(0.2)
         raise TimeoutError(f"timed out after {self.start_timeout_s:.0f} s waiting for {what}; "
                            f"see the logs in {self.folder}")

@@ -172,3 +172,37 @@ def test_the_data_source_writes_from_the_clusters_executors(cluster):
     assert sorted(t["partition"] for t in tasks) == [0, 1]
     assert snap["lost"] == 0 and snap["duplicates"] == 0
     assert all(t["receivers_complete"] == 1 and t["rows"] == 3_000 for t in tasks)
+
+
+def test_the_wait_for_the_master_takes_a_page_not_yet_json_for_not_up_yet(tmp_path):
+    """The Master's web UI can answer before its ``/json/`` page is there: a CI run's eval
+    ended at once with ``Expecting value: line 1 column 1 (char 0)``. The wait goes on
+    until the page says the workers are alive (a real HTTP server: empty, then HTML, then
+    the JSON)."""
+    import http.server
+    import threading
+
+    from spark_adapter.standalone import StandaloneCluster
+
+    bodies = [b"", b"<html>starting</html>", b'{"aliveworkers": 1}', b'{"aliveworkers": 2}']
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = bodies.pop(0) if len(bodies) > 1 else bodies[0]
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cluster = StandaloneCluster(workers=2, start_timeout_s=30.0, folder=str(tmp_path),
+                                    web_ui=f"http://127.0.0.1:{server.server_port}")
+        cluster._wait(lambda state: state.get("aliveworkers", 0) >= 2, "2 Worker(s)")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert bodies == [b'{"aliveworkers": 2}']
