@@ -99,6 +99,7 @@ def test_shipped_writer_delivers_every_row_once_across_a_task_retry(cluster, bar
                      id=sender) == m["rows"] == rows // 2
 
 
+@pytest.mark.timeout(660)  # its own bound, 600 s, governs, not the suite's 300 s guard
 def test_eval_on_its_own_standalone_cluster(tmp_path):
     """`nakflow eval --standalone 2` as docs/spark.md shows it: its own Master and
     Workers, executors on a bare Python it made, nakflow shipped with the job; every row
