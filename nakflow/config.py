@@ -60,6 +60,16 @@ def check_timeout(timeout: float | None, what: str) -> float | None:
     return timeout
 
 
+def check_levels(levels: tuple[int, ...]) -> tuple[int, ...]:
+    """Return NAK fill ``levels`` if they are strictly increasing percents in (0, 100],
+    else raise ConfigError."""
+    if not levels or list(levels) != sorted(set(levels)):
+        raise ConfigError("levels must be strictly increasing")
+    if not all(0 < lv <= 100 for lv in levels):
+        raise ConfigError("levels must lie in (0, 100]")
+    return levels
+
+
 def check_mode(mode: str) -> str:
     """Return ``mode`` if it names a flow-control policy, else raise ConfigError."""
     if mode not in MODES:
@@ -231,10 +241,7 @@ class NakConfig:
             raise ConfigError("backoff_rtts and predict_rtts must be finite and >= 0")
         if self.backoff_s >= self.window_s:
             raise ConfigError("backoff_s must be shorter than window_s")
-        if not self.levels or list(self.levels) != sorted(set(self.levels)):
-            raise ConfigError("levels must be strictly increasing")
-        if not all(0 < lv <= 100 for lv in self.levels):
-            raise ConfigError("levels must lie in (0, 100]")
+        check_levels(self.levels)
         shares = [share for share, _fill in self.loss_fill]
         if shares != sorted(shares, reverse=True) or not all(
                 0 < share <= 1 and 0 < fill <= 1 for share, fill in self.loss_fill):

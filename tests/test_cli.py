@@ -95,6 +95,11 @@ BAD = [
       "--nak-probe-after", "0.05"), "--nak-probe-after must be 0 (no probe) or at least 0.1 s"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--nak-probe-after", "-1"), "must be >= 0"),
+    # the config's words, without the option's name, or int()'s own ("invalid literal")
+    (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+      "--nak-levels", "50,200"), "argument --nak-levels: levels must lie in (0, 100]: '50,200'"),
+    (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
+      "--nak-levels", "50,,75"), "argument --nak-levels: not a list of whole percents"),
     # said before it waits for receivers (nobody listens here): not after they answered
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--size", "20000000"), "--size 20,000,000: message of 20,000,000 bytes exceeds "

@@ -24,8 +24,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from .. import __version__
-from ..config import FRAME_MSGS, LINGER_S, MODES, NakConfig
-from ..errors import IncompleteDelivery, NakflowError, PeerMismatch
+from ..config import FRAME_MSGS, LINGER_S, MODES, NakConfig, check_levels
+from ..errors import ConfigError, IncompleteDelivery, NakflowError, PeerMismatch
 from ..live.sinks import SINK_HELP
 from ..wire import DEFAULT_MAX_FRAME_BYTES
 from .commands import (
@@ -61,6 +61,19 @@ _positive_int = _number(int, minimum=0, strict=True)
 _positive = _number(float, minimum=0, strict=True)
 _non_negative = _number(float, minimum=0, strict=False)
 _count = _number(int, minimum=0, strict=False)
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    """--nak-levels: whole percents, strictly increasing, each in (0, 100]."""
+    try:
+        levels = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a list of whole percents such as 50,75,87,100: {text!r}") from None
+    try:
+        return check_levels(levels)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}: {text!r}") from None
 
 
 class Parser(argparse.ArgumentParser):
@@ -203,7 +216,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nak-window", dest="nak_window_s", type=_positive, default=None,
                    metavar="S", help=f"nak: the strongest-NAK window and receivers' repeat "
                                      f"interval (default {d.window_s})")
-    p.add_argument("--nak-levels", default=None, metavar="PCT,...",
+    p.add_argument("--nak-levels", type=_levels, default=None, metavar="PCT,...",
                    help="nak, receivers: fill levels that send a NAK (default "
                         f"{','.join(map(str, d.levels))})")
 

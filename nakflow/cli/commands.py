@@ -199,7 +199,7 @@ def nak_config(args: argparse.Namespace) -> NakConfig:
     if window_bytes is not None:
         kw["start_window_bytes"] = window_bytes or None
     if getattr(args, "nak_levels", None):
-        levels = tuple(int(x) for x in args.nak_levels.split(","))
+        levels = args.nak_levels
         factors = NakConfig().cut_factors
         kw["levels"] = levels
         kw["cut_factors"] = {lv: factors.get(lv, 0.5) for lv in levels}

@@ -16,12 +16,12 @@ import zmq.asyncio
 
 from transports import SocketOptions, drain, open_receiver_sockets
 
-from ..config import ReceiverConfig, check_timeout, with_overrides
+from ..config import ReceiverConfig, with_overrides
 from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
 from ..wire import SenderKey
 from .async_common import IDLE_POLL_S, no_curve, shadow
-from .delivery_queue import DeliveryQueue
+from .delivery_queue import DeliveryQueue, check_take
 from .lateness import Lateness
 from .lifetime import check_senders, closed_before_done, track
 
@@ -134,9 +134,7 @@ class AsyncReceiver:
     async def get_many(self, max_n: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_n`` messages; waits up to ``timeout`` for the first; [] on timeout
         or once closed and drained."""
-        if max_n < 0:
-            raise ValueError(f"get_many: max_n must be >= 0, not {max_n}")
-        check_timeout(timeout, "get_many")
+        check_take(max_n, timeout)
         self.start()
         while not len(self._queue):
             if self._queue.closed or self.error is not None:

@@ -36,6 +36,14 @@ _message_of = itemgetter(1)
 Item = tuple[SenderKey, Message]
 
 
+def check_take(max_n: int, timeout: float | None) -> None:
+    """``get_many`` (threaded or asyncio) refuses a negative ``max_n`` (it failed inside
+    ``islice``) and a ``timeout`` < 0 or NaN: ValueError."""
+    if max_n < 0:
+        raise ValueError(f"get_many: max_n must be >= 0, not {max_n}")
+    check_timeout(timeout, "get_many")
+
+
 def _percentile(ordered: list[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default)."""
     pos = q * (len(ordered) - 1)
@@ -83,9 +91,7 @@ class DeliveryQueue:
         """Up to ``max_n`` messages; waits up to ``timeout`` for the first one. A signal's
         exception (KeyboardInterrupt) raised in it has taken nothing. Raises ValueError for
         a negative ``max_n``, or a ``timeout`` that is negative or NaN."""
-        if max_n < 0:
-            raise ValueError(f"get_many: max_n must be >= 0, not {max_n}")
-        check_timeout(timeout, "get_many")
+        check_take(max_n, timeout)
         with self.lock:
             q = self._queue
             if not q:
