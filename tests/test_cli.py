@@ -690,3 +690,23 @@ def test_max_frame_bytes_raises_the_bound_and_a_receivers_own_binds_its_sender()
         else:
             assert ("error: message of 20,000,000 bytes is more than receiver r-" in tx.stderr
                     and "takes: its frames hold at most 16,777,216 bytes" in tx.stderr)
+
+
+def test_two_receivers_started_with_one_id_make_the_send_exit_1_naming_it() -> None:
+    """A unit file copied to a second host with its ``--id``: the sender counted the two as
+    one receiver, and ``nakflow send`` said ``to 1 receiver: 1 complete``, exit 0. Now its
+    wait names the clash and the send exits 1 (``--allow-loss`` does not excuse it)."""
+    (d1, f1), (d2, f2) = endpoints(), endpoints()
+    rxs = [receiver(d, f, "--id", "same", "--senders", "1", "--duration", "30")
+           for d, f in ((d1, f1), (d2, f2))]
+    try:
+        tx = nakflow("send", "--data", f"{d1},{d2}", "--feedback", f"{f1},{f2}", "--count",
+                     "100", "--wait-receivers", "2", "--wait-timeout", "3", "--allow-loss",
+                     "--json")
+    finally:
+        for rx in rxs:
+            rx.terminate()
+            rx.communicate(timeout=60)
+    assert tx.returncode == 1, tx.stderr
+    assert "two receivers answer as 'same'" in tx.stderr, tx.stderr
+    assert "Traceback" not in tx.stderr
