@@ -372,3 +372,64 @@ def test_a_payload_that_is_not_bytes_is_refused_and_nothing_else_is_lost():
     finally:
         tx.close()
         rx.close()
+
+
+def test_a_batch_stopped_part_way_says_how_many_went_and_the_rest_can_follow():
+    """A ``send_batch`` that timed out (or, asyncio, was cancelled) left its caller
+    unable to tell how much of it went: sending the batch again duplicated that part,
+    dropping it lost the rest. The error now says (``exc.sent``, and in its words); the
+    rest, sent after it, arrives once and in order. An ack receiver that nobody reads
+    grants its 200 messages of room and no more, so the batch stops there whatever the
+    timing."""
+    import asyncio
+    import threading
+
+    from nakflow.aio import AsyncReceiver, AsyncSender
+
+    payloads = [b"m%d" % i for i in range(1_000)]
+    rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="ack", capacity_msgs=200)
+    tx = Sender(rx.data_endpoints, rx.feedback_endpoints, mode="ack")
+    try:
+        tx.wait_for_receivers(1, timeout=10)
+        with pytest.raises(TimeoutError) as info:
+            tx.send_batch(iter(payloads), timeout=0.3)
+        sent = info.value.sent  # type: ignore[attr-defined]
+        assert 0 < sent < 1_000, sent
+        assert f"send_batch: the first {sent:,} of its 1,000 messages were sent" in str(
+            info.value)
+        got: list = []
+        reader = threading.Thread(target=lambda: got.extend(rx.messages(senders=1,
+                                                                       timeout=30)))
+        reader.start()
+        tx.send_batch(payloads[sent:], timeout=10)
+        tx.close()
+        reader.join(60)
+        assert [m.payload for m in got] == payloads
+        assert rx.snapshot()["senders"][0]["status"] == "complete"
+    finally:
+        tx.close()
+        rx.close()
+
+    async def cancelled() -> None:
+        arx = AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="ack",
+                            capacity_msgs=200)
+        arx.start()
+        atx = AsyncSender(arx.data_endpoints, arx.feedback_endpoints, mode="ack")
+        try:
+            await atx.wait_for_receivers(1, timeout=10)
+            with pytest.raises(TimeoutError) as info:  # wait_for cancels it, then says so
+                await asyncio.wait_for(atx.send_batch(payloads), 0.3)
+            sent = info.value.__cause__.sent  # type: ignore[union-attr]
+            assert 0 < sent < 1_000, sent
+            reader = asyncio.ensure_future(_take(arx))
+            await atx.send_batch(payloads[sent:], timeout=10)
+            await atx.close()
+            assert [m.payload for m in await reader] == payloads
+        finally:
+            await atx.close()
+            await arx.close()
+
+    async def _take(arx: AsyncReceiver) -> list:
+        return [m async for m in arx.messages(senders=1, timeout=30)]
+
+    asyncio.run(cancelled())

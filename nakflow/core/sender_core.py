@@ -572,6 +572,16 @@ class BatchOffer:
         self.sent += n
         return wait if not n else 0.0
 
+    def stopped(self, exc: BaseException) -> None:
+        """Say on ``exc``, which ends this batch before all of it went (a timeout, a peer
+        mismatch, a cancellation, a Ctrl-C), how many of its payloads were sent:
+        ``exc.sent``, the first that many, which stay sent; the rest never went."""
+        exc.sent = self.sent  # type: ignore[attr-defined]
+        if isinstance(exc, Exception) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+            exc.args = (f"{exc.args[0]} (send_batch: the first {self.sent:,} of its "
+                        f"{len(self.payloads):,} messages were sent, the rest not: "
+                        "exc.sent)",)
+
 
 def _tenth(rate: float | None) -> float | None:
     """A rate for a report, msgs/s, to a tenth (the limit's own figure, 2082.2206715919797,

@@ -98,14 +98,20 @@ class AsyncSender:
         return ok
 
     async def send_batch(self, payloads: Iterable[bytes], timeout: float | None = None) -> None:
-        """Send many messages in few DATA frames, paced by the policy as a whole."""
+        """Send many messages in few DATA frames, paced by the policy as a whole; as
+        ``Sender.send_batch``, an error or a cancellation that ends it part way says how
+        many went (``exc.sent``)."""
         offer = self.core.batch_offer(payloads)
-        while not offer.done:
-            now = time.monotonic()
-            wait = offer(now)
-            self._transmit()
-            if wait:
-                await self._wait(offer, wait, now, timeout)
+        try:
+            while not offer.done:
+                now = time.monotonic()
+                wait = offer(now)
+                self._transmit()
+                if wait:
+                    await self._wait(offer, wait, now, timeout)
+        except BaseException as exc:  # a timeout, a mismatch, a cancellation: how many went
+            offer.stopped(exc)
+            raise
 
     async def wait_for_receivers(self, n: int | None = None, timeout: float = 10.0) -> int:
         """Wait until ``n`` receivers answered HELLO (in ack mode: and granted credit);

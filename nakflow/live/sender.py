@@ -156,18 +156,23 @@ class Sender:
 
     def send_batch(self, payloads: Iterable[bytes], timeout: float | None = None) -> None:
         """Send many messages (any iterable of payloads) in few DATA frames, paced by the
-        policy as a whole. Raises TimeoutError after ``timeout`` s without any permission
-        (what went stays sent)."""
+        policy as a whole. Raises TimeoutError after ``timeout`` s without any permission;
+        an error that ends a batch part way says how many went (``exc.sent``: the first
+        that many, which stay sent)."""
         with self._lock:
             offer = self.core.batch_offer(payloads)
-            while not offer.done:
-                now = time.monotonic()
-                if now >= self._next_fb_check:
-                    self._service(now, 0.0)
-                wait = offer(now)
-                self._transmit()
-                if wait:
-                    self._wait(offer, wait, now, timeout)
+            try:
+                while not offer.done:
+                    now = time.monotonic()
+                    if now >= self._next_fb_check:
+                        self._service(now, 0.0)
+                    wait = offer(now)
+                    self._transmit()
+                    if wait:
+                        self._wait(offer, wait, now, timeout)
+            except BaseException as exc:  # a timeout, a mismatch, Ctrl-C: say how many went
+                offer.stopped(exc)
+                raise
 
     def flush(self) -> None:
         """The frame being built leaves; then END marks the stream complete."""
