@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from .errors import NakflowError
+from .values import string_keys
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -150,7 +151,11 @@ def to_record_batch(messages: Sequence[Message | bytes],
 
     def flush_rows() -> None:
         if rows:
-            batches.append(pa.RecordBatch.from_pylist(rows, schema=schema))
+            try:
+                batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+            except pa.ArrowTypeError:  # a map keyed by numbers, say (Spark's map<int,_>):
+                batch = pa.RecordBatch.from_pylist(string_keys(rows), schema=schema)
+            batches.append(batch)  # a struct's fields are named as JSON names its keys
             rows.clear()
 
     for m in messages:
@@ -160,7 +165,7 @@ def to_record_batch(messages: Sequence[Message | bytes],
             batches.extend(decode_batches(payload))
             continue
         try:
-            row = msgpack.unpackb(payload, raw=False, timestamp=3)
+            row = msgpack.unpackb(payload, raw=False, timestamp=3, strict_map_key=False)
         except (ValueError, msgpack.UnpackException) as exc:
             raise ArrowDecodeError(f"payload is neither Arrow IPC nor msgpack: {exc}") from None
         if not isinstance(row, dict):

@@ -30,7 +30,7 @@ writes in UTC, so the result depends on no worker's or receiver's time zone. A
 datetimes, so only the schema tells them apart: ``msgpack_serializer(schema)`` (which
 ``nakflow_writer(config, schema=df.schema)`` and ``send_with_metrics`` use) knows it;
 without a schema every naive datetime is taken for a ``timestamp``. The JSON-line sink's
-side is ``nakflow.live.sinks.json_value``; docs/types.md has this table and a snippet that
+side is ``nakflow.values.json_value``; docs/types.md has this table and a snippet that
 reads a sink file back into pandas.
 """
 

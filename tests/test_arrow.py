@@ -3,6 +3,7 @@ Parquet sink keeps every value of msgpack rows whose types show late."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import msgpack
@@ -149,3 +150,34 @@ def test_the_parquet_sinks_directory_reads_while_a_file_is_open(tmp_path):
     assert (sink.written, sink.pending) == (350, 0)
     assert pq.read_table(tmp_path).column("i").to_pylist() == list(range(350))
 
+
+
+def test_a_map_keyed_by_numbers_is_a_row_the_parquet_sink_writes(tmp_path):
+    """A Spark ``map<int,string>`` (or of doubles, booleans) sent by the row-by-row
+    writer: every such row was rejected by the Parquet sink as ``payload is neither Arrow
+    IPC nor msgpack: int is not allowed for map key`` (msgpack's strict keys), and
+    ``nakflow.arrow.to_record_batch`` raised the same. Its keys now name the struct's
+    fields as the JSON-line sink names them, Spark's ``to_json``'s way."""
+    from pyspark.sql import Row
+
+    from nakflow.live.sinks import message_json
+    from spark_adapter.serialize import row_to_msgpack
+
+    rows = [Row(id=i, by_int={i: "a", i + 1: "b"}, by_flag={i % 2 == 0: 1.5},
+                nested=[{float(i): "x"}]) for i in range(3)]
+    msgs = [Message("s", 0, i, 0.0, row_to_msgpack(r)) for i, r in enumerate(rows)]
+    sink = ParquetSink(str(tmp_path))
+    sink.write(msgs)
+    sink.close()
+    assert (sink.written, sink.rejected) == (3, 0)
+    back = pq.read_table(tmp_path).to_pylist()
+    as_json = [json.loads(message_json("x", m))["payload"] for m in msgs]
+    def present(struct: dict) -> dict:  # a struct has every key seen: the others null
+        return {k: v for k, v in struct.items() if v is not None}
+
+    for got, said in zip(back, as_json, strict=True):
+        assert present(got["by_int"]) == said["by_int"]
+        assert present(got["by_flag"]) == said["by_flag"]
+        assert [present(s) for s in got["nested"]] == said["nested"]
+    assert back[1]["by_int"]["2"] == "b" and as_json[0]["by_flag"] == {"true": 1.5}
+    assert as_json[2]["nested"] == [{"2.0": "x"}]

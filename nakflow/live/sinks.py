@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import math
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ import msgpack
 
 from ..core.receiver_core import Message
 from ..errors import NakflowError
+from ..values import json_value
 
 log = logging.getLogger(__name__)
 
@@ -41,33 +41,6 @@ SINK_HELP = ("'-' (stdout), 'file:PATH' (appended), 'cmd:COMMAND' (a shell comma
 
 class SinkError(NakflowError):
     """The sink could not take messages."""
-
-
-def json_value(value: Any) -> Any:
-    """A msgpack-decoded value as JSON can carry it, the way Spark's ``to_json`` writes
-    it: bytes as base64, NaN and the infinities as the strings "NaN", "Infinity" and
-    "-Infinity", map keys as strings; the rest unchanged."""
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, msgpack.Timestamp):  # another producer's msgpack timestamp
-        return value.to_datetime().isoformat(timespec="microseconds")
-    if isinstance(value, dict):
-        return {_json_key(k): json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_value(v) for v in value]
-    return value
-
-
-def _json_key(key: Any) -> str:
-    if isinstance(key, str):
-        return key
-    if isinstance(key, (bytes, bytearray)):
-        return base64.b64encode(key).decode("ascii")
-    return json.dumps(json_value(key), separators=(",", ":"))
 
 
 def message_json(stream: str, msg: Message) -> str:
