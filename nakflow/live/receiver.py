@@ -46,7 +46,10 @@ class Receiver:
             ``capacity_msgs``, ``overflow``, ``repair``, ...) override it.
         overhear: other receivers' feedback endpoints, to suppress NAKs and repair
             requests they already sent (over multicast everyone hears everyone anyway).
-        handler: if given, a consumer thread calls it for every message.
+        handler: if given, a consumer thread calls it for every message. One that
+            raises is logged with the message's sender, epoch and seq and counted
+            (``handler_errors``, a problem in ``receiver_verdict``); the thread goes on
+            with the next message, and the one it raised on counts as delivered.
         options, context: socket options (CURVE, high-water marks) and ZeroMQ context.
         on_event: called with each ``nakflow.events.Event`` (on the I/O thread).
 
