@@ -142,6 +142,11 @@ def test_bad_endpoints_are_clear_errors() -> None:
         parse_endpoints("udp://1.2.3.4:5")
     with pytest.raises(EndpointError, match="at least one"):
         parse_endpoints(" , ")
+    # bytes were taken apart into ints: "'int' object has no attribute 'strip'"
+    with pytest.raises(TypeError, match=r"an endpoint is a str .* not bytes: b'tcp://"):
+        Sender(b"tcp://127.0.0.1:5600", b"tcp://127.0.0.1:5601")
+    with pytest.raises(TypeError, match="not int: 5600"):
+        parse_endpoints(["tcp://127.0.0.1:5600", 5600])
 
 
 def test_a_receiver_given_one_endpoint_twice_says_so_and_binds_nothing() -> None:

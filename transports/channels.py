@@ -185,6 +185,11 @@ def path_kind(uris: Sequence[str]) -> tuple[bool, bool]:
 def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
     """``"tcp://a:1,tcp://b:2"`` or a list -> validated list of URIs."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
+    if isinstance(spec, (bytes, bytearray)) or not all(isinstance(u, str) for u in items):
+        what = spec if isinstance(spec, (bytes, bytearray)) else next(
+            u for u in items if not isinstance(u, str))
+        raise TypeError(f"an endpoint is a str such as 'tcp://10.0.0.5:5600' (or a list of "
+                        f"them), not {type(what).__name__}: {what!r}")
     uris = [u.strip() for u in items if u and u.strip()]
     if not uris:
         raise EndpointError("at least one endpoint is required")
