@@ -533,3 +533,48 @@ def test_an_async_receiver_made_in_a_running_loop_listens_at_once():
             await rx.close()
 
     assert asyncio.run(main()) == [b"hello"]
+
+
+def test_an_async_sender_or_receiver_used_in_a_second_loop_says_so():
+    """Each ``asyncio.run`` starts a new loop and, at its end, cancels the tasks of the
+    last: an AsyncSender or AsyncReceiver used again in the next one (a script with two
+    ``asyncio.run`` calls, a test framework's loop per test) failed deep in asyncio
+    (``Event ... is bound to a different event loop``), or read nothing. Now each says
+    that it lives in the loop it was first used in. The sender's close there cannot wait
+    for receipts: it leaves as ``abort()`` does (BYE, no END), and says so; the threaded
+    receiver has what the first loop sent."""
+    from nakflow import LocalProtocolError
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
+        tx = AsyncSender(rx.data_endpoints, rx.feedback_endpoints)
+        arx = AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+
+        async def first() -> None:
+            arx.start()
+            await tx.wait_for_receivers(1, timeout=10)
+            await tx.send_batch([b"m%d" % i for i in range(10)])
+
+        async def second(call) -> BaseException | None:
+            try:
+                await call()
+            except LocalProtocolError as exc:
+                return exc
+            return None
+
+        asyncio.run(first())
+        for call, who in [(lambda: tx.send(b"x"), "AsyncSender"),
+                          (lambda: tx.send_batch([b"y"]), "AsyncSender"),
+                          (lambda: tx.wait_for_receivers(1), "AsyncSender"),
+                          (lambda: arx.get_many(1, timeout=0), "AsyncReceiver")]:
+            exc = asyncio.run(second(call))
+            assert exc is not None and f"{who} " in str(exc), exc
+            assert "belongs to the event loop it was first used in" in str(exc)
+        # its close cannot wait for receipts without its loop: it leaves as abort() does
+        exc = asyncio.run(second(tx.close))
+        assert exc is not None and str(exc).endswith("then BYE, without END"), exc
+        assert asyncio.run(second(tx.close)) is None  # closed: a second close does nothing
+        assert asyncio.run(second(arx.close)) is None  # a receiver's close needs no loop
+        got = [m.payload for m in rx.messages(senders=1, timeout=20)]
+        (stream,) = rx.snapshot()["senders"]
+    assert got == [b"m%d" % i for i in range(10)]
+    assert stream["left"] and stream["final_seq"] is None and stream["missing"] == 0

@@ -10,7 +10,7 @@ import zmq
 
 from transports import SocketOptions
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LocalProtocolError
 
 IDLE_POLL_S = 0.1
 
@@ -24,6 +24,25 @@ def no_curve(options: SocketOptions | None) -> None:
     if options is not None and options.curve is not None:
         raise ConfigError("CURVE needs the threaded Sender/Receiver; asyncio classes take "
                           "shared_key for authentication")
+
+
+def in_its_loop(bound: asyncio.AbstractEventLoop | None,
+                what: str) -> asyncio.AbstractEventLoop | None:
+    """The running loop (``bound`` outside one), which must be ``bound``, the loop ``what``
+    was first used in, if it has one: its I/O task, timer and events belong to that loop,
+    and ``asyncio.run`` ends it with the task cancelled. Used in the next ``asyncio.run``
+    it failed deep in asyncio (``Event ... is bound to a different event loop``). Raises
+    LocalProtocolError."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return bound  # outside a loop (try_send, flush): it binds nothing
+    if bound is not None and loop is not bound:
+        raise LocalProtocolError(
+            f"{what} belongs to the event loop it was first used in, and this is another "
+            "one (asyncio.run starts a new loop each call): make, use and close it in one "
+            "loop, such as inside one asyncio.run")
+    return loop
 
 
 class LoopTimer:

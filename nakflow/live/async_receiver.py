@@ -20,7 +20,7 @@ from ..config import ReceiverConfig, with_overrides
 from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
 from ..wire import SenderKey
-from .async_common import IDLE_POLL_S, no_curve, shadow
+from .async_common import IDLE_POLL_S, in_its_loop, no_curve, shadow
 from .delivery_queue import DeliveryQueue, check_take
 from .lateness import Lateness
 from .lifetime import check_senders, closed_before_done, track
@@ -55,6 +55,7 @@ class AsyncReceiver:
                                     wake_every=1)
         self._arrived = asyncio.Event()  # bound to the loop on first wait
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one it lives in
         self.error: BaseException | None = None
         track(self, ("start", "get", "get_many", "__aiter__", "messages", "done",
                      "live_streams", "wait_for_ends"))
@@ -69,6 +70,7 @@ class AsyncReceiver:
     def start(self) -> None:
         """Start the I/O task on the running loop (made in one, it starts at once; else
         ``async with`` and the first get do this)."""
+        self._loop = in_its_loop(self._loop, f"AsyncReceiver {self.receiver_id}")
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._io())
 
@@ -199,7 +201,8 @@ class AsyncReceiver:
 
     async def close(self) -> None:
         """Stop the I/O task, send BYE, close the sockets. Queued messages stay available
-        to ``get_many`` and are counted as ``queued``."""
+        to ``get_many`` and are counted as ``queued``. It may run in a loop other than
+        the one it lived in (which ``asyncio.run`` ended)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -30,9 +30,10 @@ from transports import (
 
 from ..config import SenderConfig, check_timeout, with_overrides
 from ..core.sender_core import SenderCore
+from ..errors import LocalProtocolError
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
-from .async_common import IDLE_POLL_S, LoopTimer, no_curve, shadow
+from .async_common import IDLE_POLL_S, LoopTimer, in_its_loop, no_curve, shadow
 from .lifetime import close_at_exit, track
 
 log = logging.getLogger("nakflow.live.async_sender")
@@ -67,6 +68,7 @@ class AsyncSender:
         self._timer = LoopTimer(self._on_timer)
         self._progress = asyncio.Event()  # set whenever feedback or a timer was handled
         self._reader: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one it lives in
         self._shut, self._pid = False, os.getpid()
         close_at_exit(self)  # aborted at interpreter exit unless closed
         track(self, ("send", "try_send", "send_batch", "wait_for_receivers", "flush"))
@@ -75,9 +77,14 @@ class AsyncSender:
     sender_id = property(lambda self: self.core.sender_id)
     sent = seq = property(lambda self: self.core.sent)
 
+    def _here(self) -> None:
+        """In the loop it lives in (the first it was used in), or outside any loop."""
+        self._loop = in_its_loop(self._loop, f"AsyncSender {self.core.sender_id}")
+
     async def send(self, payload: bytes, timeout: float | None = None) -> None:
         """Send one message, waiting (without blocking the loop) as the policy says; raises
         as ``Sender.send`` does."""
+        self._here()
         core, now = self.core, time.monotonic()
         wait = core.offer(payload, now)
         if wait:
@@ -88,6 +95,7 @@ class AsyncSender:
     def try_send(self, payload: bytes) -> bool:
         """Send one message if the policy allows it now; never waits. True: admitted (it
         leaves with the frame being built; outside a running loop, at once)."""
+        self._here()
         core, now = self.core, time.monotonic()
         ok = core.try_offer(payload, now)
         try:
@@ -101,6 +109,7 @@ class AsyncSender:
         """Send many messages in few DATA frames, paced by the policy as a whole; as
         ``Sender.send_batch``, an error or a cancellation that ends it part way says how
         many went (``exc.sent``)."""
+        self._here()
         offer = self.core.batch_offer(payloads)
         try:
             while not offer.done:
@@ -118,6 +127,7 @@ class AsyncSender:
         by default every receiver the data endpoints lead to (``Sender``'s). Raises
         TimeoutError, or PeerMismatch as soon as a receiver that answered runs another
         mode or holds another shared key."""
+        self._here()
         n = receivers_expected(self.core.path) if n is None else n
         check_timeout(timeout, "wait_for_receivers")
         core, now = self.core, time.monotonic()
@@ -140,6 +150,7 @@ class AsyncSender:
 
     def flush(self) -> None:
         """The frame being built leaves; then END marks the stream complete."""
+        self._here()
         self.core.end(time.monotonic())
         self._transmit()
 
@@ -148,6 +159,12 @@ class AsyncSender:
         core = self.core
         if self._shut:
             return
+        try:
+            self._here()
+        except LocalProtocolError as exc:  # its loop is gone: no exact close can run here
+            self._leave_at_exit()  # what it admitted goes, then BYE
+            raise LocalProtocolError(f"{exc}; it left as abort() does: what it had admitted "
+                                     "went, then BYE, without END") from None
         self._shut = True
         try:
             core.close(time.monotonic())
@@ -190,6 +207,7 @@ class AsyncSender:
         await self.close()
 
     async def __aenter__(self) -> AsyncSender:
+        self._here()
         self._transmit()
         return self
 
