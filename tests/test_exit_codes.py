@@ -414,3 +414,59 @@ def test_the_help_of_each_command_states_its_exit_codes():
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and "exit status:" in out.stdout, command
         assert "docs/exit-codes.md" in out.stdout.replace("\n", " ")
+
+
+def test_a_parquet_sink_writes_empty_maps_and_leaves_out_a_type_parquet_cannot_store(
+        tmp_path):
+    """Rows sent row by row with an empty map (a Spark ``map`` column with no entries,
+    msgpack ``{}``) and an empty list: ``nakflow receive --sink parquet:`` died at its
+    stop with pyarrow's traceback (``Cannot write struct type 'attrs' with no child
+    field to Parquet``), no report, a hidden broken file left. Now an empty map is written
+    as a null (a struct of nulls in a file whose rows have keys), and an Arrow message with a type
+    Parquet has no form for (a union) is left out and counted ``rejected``, the others
+    written."""
+    pytest.importorskip("pyarrow")
+    import msgpack
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from nakflow.arrow import encode_batch
+    from nakflow.testing import nakflow_cmd
+
+    data, fb = endpoints()
+    out_dir = tmp_path / "pq"
+    rx = subprocess.Popen(
+        nakflow_cmd("receive", "--data", data, "--feedback", fb, "--json", "--senders", "2",
+                    "--sink", f"parquet:{out_dir}"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    union = pa.UnionArray.from_sparse(pa.array([0, 1], type=pa.int8()),
+                                      [pa.array([1, 2]), pa.array(["a", "b"])])
+    try:
+        assert rx.stderr is not None and "ready" in rx.stderr.readline()
+        with Sender(data, fb) as tx:
+            tx.wait_for_receivers(1, timeout=30)
+            tx.send_batch([msgpack.packb({"i": i, "attrs": {} if i < 50 else {"k": i},
+                                          "tags": []}) for i in range(100)])
+        with Sender(data, fb) as tx:
+            tx.wait_for_receivers(1, timeout=30)
+            tx.send(encode_batch(pa.RecordBatch.from_arrays([pa.array([1, 2]), union],
+                                                            names=["id", "u"])))
+            tx.send(encode_batch(pa.RecordBatch.from_arrays([pa.array([3])], names=["id"])))
+        out, err = rx.communicate(timeout=60)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+    assert "Traceback" not in err, err
+    report = json.loads(out)
+    assert report["sink"]["written"] == 101 and report["sink"]["rejected"] == 1, report["sink"]
+    assert report["sink"]["not_written"] == 0 and report["sink"]["error"] is None
+    assert "Parquet has no form for a type of these rows" in report["sink"]["rejected_why"]
+    rows = [r for f in sorted(out_dir.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    first = [r for r in rows if "i" in r and r["i"] is not None]
+    assert [r["i"] for r in first] == list(range(100))
+    # an empty map: a null, or a struct of nulls where the file's rows have keys
+    assert all(r["attrs"] in (None, {"k": None}) for r in first[:50])
+    assert [r["attrs"] for r in first[50:]] == [{"k": i} for i in range(50, 100)]
+    assert all(r["tags"] == [] for r in first)
+    assert [r["id"] for r in rows if r.get("id") is not None] == [3]
+    assert rx.returncode == 1  # a message left out is a problem of the run, and says so

@@ -196,14 +196,17 @@ class ParquetSink:
     schema merging) or one that does not merge (a column of ints, then of strings), and
     at the receiver's stop (a signal too): nothing taken from the queue is left
     unwritten. A message that is no row (neither Arrow nor a msgpack map) or holds a value
-    Parquet cannot take (an integer beyond int64) is left out and counted (``rejected``);
-    the others are written. Files are ``part-<start>-<n>.parquet``; the one being written
-    is ``.part-<start>-<n>.parquet.part``, hidden (a leading dot) from Spark and pyarrow,
-    which read every other file of a directory and failed on an open one.
+    Parquet cannot take (an integer beyond int64, a union) is left out and counted
+    (``rejected``); the others are written. An empty map (msgpack ``{}``) is written as a
+    null: Parquet has no struct of no fields. Files are ``part-<start>-<n>.parquet``; the
+    one being written is ``.part-<start>-<n>.parquet.part``, hidden (a leading dot) from
+    Spark and pyarrow, which read every other file of a directory and failed on an open
+    one.
 
     ``written`` counts the messages in closed files, the ones a reader gets; those handed
     over and not yet in one are ``pending``. A failure (a full disk at a row group or a
-    footer) loses the open file and what is buffered: its messages are counted ``lost``
+    footer, or pyarrow refusing what came) loses the open file and what is buffered: its
+    messages are counted ``lost``
     (the file is removed, as it cannot be read), so that ``written + rejected + lost +
     pending`` is every message handed over."""
 
@@ -246,10 +249,23 @@ class ParquetSink:
         self._writer: Any = None
         self._path = ""
         self._file_rows = 0
+        self._storable: set[Any] = set()  # batch schemas Parquet can store, checked
 
     def write(self, msgs: Sequence[Message]) -> None:
         if not msgs:
             return
+        before = self._handed_over()
+        try:
+            self._write(msgs)
+        except Exception as exc:  # a full disk (SinkError), or pyarrow refusing what came
+            failure = exc if isinstance(exc, SinkError) else self._failed(exc)
+            self.lost += len(msgs) - (self._handed_over() - before)  # none counted yet
+            raise failure from exc
+
+    def _handed_over(self) -> int:
+        return self.written + self.pending + self.rejected + self.lost
+
+    def _write(self, msgs: Sequence[Message]) -> None:
         batches = self._batches(msgs)
         self.pending += sum(n for _batch, n in batches)
         for batch, n in batches:
@@ -273,13 +289,50 @@ class ParquetSink:
         from ..arrow import ArrowDecodeError, to_record_batch
 
         try:
-            return [(to_record_batch(msgs), len(msgs))]
+            return [(self._writable(to_record_batch(msgs)), len(msgs))]
         except (ArrowDecodeError, self.pa.ArrowException, OverflowError) as exc:
             if len(msgs) == 1:
                 self._reject(msgs[0], exc)
                 return []
         half = len(msgs) // 2
         return [*self._batches(msgs[:half]), *self._batches(msgs[half:])]
+
+    def _writable(self, batch: Any) -> Any:
+        """``batch`` with every struct of no fields, at any depth, a null: a msgpack row's
+        empty map (``{}``, a Spark map with no entries) is inferred as one, and Parquet
+        cannot store it (``Cannot write struct type ... with no child field``; the sink
+        failed). Its column takes a struct's type in the file once a row has keys."""
+        columns = [self._no_empty_structs(c) for c in batch.columns]
+        if any(c is not old for c, old in zip(columns, batch.columns, strict=True)):
+            batch = self.pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+        if batch.schema not in self._storable:  # a type Parquet has no form for (a union):
+            try:  # its message is rejected, the others written; the sink failed
+                self.pq.write_table(batch.schema.empty_table(), self.pa.BufferOutputStream())
+            except self.pa.ArrowException as exc:
+                raise self.pa.ArrowNotImplementedError(
+                    f"Parquet has no form for a type of these rows: {exc}") from None
+            if len(self._storable) >= 64:
+                self._storable.clear()
+            self._storable.add(batch.schema)
+        return batch
+
+    def _no_empty_structs(self, arr: Any) -> Any:
+        pa, t = self.pa, arr.type
+        if pa.types.is_struct(t):
+            if t.num_fields == 0:
+                return pa.nulls(len(arr))
+            kids = [self._no_empty_structs(arr.field(i)) for i in range(t.num_fields)]
+            if all(k is arr.field(i) for i, k in enumerate(kids)):
+                return arr
+            return pa.StructArray.from_arrays(
+                kids, fields=[pa.field(t.field(i).name, k.type) for i, k in enumerate(kids)],
+                mask=arr.is_null())
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            values = self._no_empty_structs(arr.values)
+            if values is arr.values:
+                return arr
+            return type(arr).from_arrays(arr.offsets, values, mask=arr.is_null())
+        return arr
 
     def _reject(self, msg: Message, exc: Exception) -> None:
         self.rejected += 1
@@ -356,9 +409,10 @@ class ParquetSink:
         self.pending -= self._file_msgs
         self._file_rows = self._file_msgs = 0
 
-    def _failed(self, exc: OSError) -> SinkError:
-        """A write or a close failed: the open file cannot be read, and is removed; its
-        messages and the buffer's are lost, and counted."""
+    def _failed(self, exc: Exception) -> SinkError:
+        """A write or a close failed (the disk, or pyarrow refusing what came: Parquet has
+        no form for some values): the open file cannot be read, and is removed; its
+        messages and the buffer's are lost, and counted. Nothing more is written."""
         import contextlib
         import os
 
@@ -372,13 +426,19 @@ class ParquetSink:
         self.rows -= self._file_rows
         self.pending = self._file_msgs = self._file_rows = self._buf_msgs = 0
         self._buf, self._buf_rows, self._buf_schema = [], 0, None
-        return SinkError(f"sink {self.name} failed: {exc}")
+        why = exc if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        return SinkError(f"sink {self.name} failed: {why}")
 
     def flush(self) -> None:
         """A stream ended and the queue is empty: what is buffered goes into a closed,
         readable file."""
-        self._write_buffer()
-        self._close_file()
+        try:
+            self._write_buffer()
+            self._close_file()
+        except SinkError:
+            raise
+        except Exception as exc:  # pyarrow refusing what came: as a full disk's failure
+            raise self._failed(exc) from exc
 
     def abandon(self) -> None:
         pass  # nothing was opened before the first rows
