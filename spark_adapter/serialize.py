@@ -19,6 +19,8 @@ timestamp                  ``str``, the instant in UTC at    a string
 timestamp_ntz              ``str``, the wall time as given,  a string
                            no offset:
                            ``2026-11-25T10:00:00.000000``
+interval (day-time)        ``str``, an ISO 8601 duration:    a string
+                           ``P1DT2H3M4.000005S``
 array, map, struct         ``list``, ``dict``, ``dict``      array, object, object
 null (any type)            ``None``                          null
 =========================  ===============================  ===========================
@@ -43,7 +45,7 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["instant", "msgpack_serializer", "row_to_msgpack", "wall_time"]
+__all__ = ["duration", "instant", "msgpack_serializer", "row_to_msgpack", "wall_time"]
 
 Convert = Callable[[Any], Any]
 
@@ -59,8 +61,21 @@ def wall_time(value: _dt.datetime) -> str:
     return value.replace(tzinfo=None).isoformat(timespec="microseconds")
 
 
+def duration(value: _dt.timedelta) -> str:
+    """A Spark day-time ``interval`` as an ISO 8601 duration at microseconds:
+    ``P1DT2H3M4.000005S``; a negative one with a leading minus (``-P1DT0H0M0.000000S``),
+    as ``pandas.Timedelta`` reads both."""
+    sign = "-" if value < _dt.timedelta(0) else ""
+    value = abs(value)
+    hours, rest = divmod(value.seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{sign}P{value.days}DT{hours}H{minutes}M{seconds}.{value.microseconds:06d}S"
+
+
 def _plain(value: Any) -> Any:
     """msgpack ``default`` hook: Spark values msgpack has no type for."""
+    if isinstance(value, _dt.timedelta):
+        return duration(value)
     if isinstance(value, _dt.datetime):
         return instant(value)
     if isinstance(value, _dt.date):

@@ -342,6 +342,14 @@ def test_default_serializer_handles_spark_types():
         "amount": "1.50", "blob": b"ab", "nested": {"k": 2}}
     with pytest.raises(TypeError, match="serializer="):
         row_to_msgpack({"x": object()})
+    # a day-time interval (PySpark's timedelta) failed the task: "cannot serialise
+    # timedelta"; an ISO 8601 duration, which pandas.Timedelta reads back exactly
+    import pandas as pd
+
+    for td, iso in [(dt.timedelta(days=1, hours=2, minutes=3, seconds=4, microseconds=5),
+                     "P1DT2H3M4.000005S"), (dt.timedelta(days=-1), "-P1DT0H0M0.000000S")]:
+        assert msgpack.unpackb(row_to_msgpack(Row(iv=td))) == {"iv": iso}
+        assert pd.Timedelta(iso).to_pytimedelta() == td
 
 
 def test_send_partition_gates_the_source():
