@@ -181,3 +181,19 @@ def test_a_map_keyed_by_numbers_is_a_row_the_parquet_sink_writes(tmp_path):
         assert [present(s) for s in got["nested"]] == said["nested"]
     assert back[1]["by_int"]["2"] == "b" and as_json[0]["by_flag"] == {"true": 1.5}
     assert as_json[2]["nested"] == [{"2.0": "x"}]
+
+
+def test_empty_maps_at_any_depth_are_written_as_nulls(tmp_path):
+    """A struct of no fields (an empty map, msgpack ``{}``) has no form in Parquet: in a
+    struct or a list too, it is written as a null, and the rest of the row as it was."""
+    rows = [{"i": 0, "outer": {"x": 1, "inner": {}}, "many": [{}, {}], "keep": [1, 2]},
+            {"i": 1, "outer": None, "many": None, "keep": None},
+            {"i": 2, "outer": {"x": 3, "inner": {}}, "many": [], "keep": []}]
+    sink = ParquetSink(str(tmp_path))
+    sink.write([Message("s", 0, i, 0.0, msgpack.packb(r)) for i, r in enumerate(rows)])
+    sink.close()
+    assert (sink.written, sink.rejected, sink.lost) == (3, 0, 0)
+    assert pq.read_table(tmp_path).to_pylist() == [
+        {"i": 0, "outer": {"x": 1, "inner": None}, "many": [None, None], "keep": [1, 2]},
+        {"i": 1, "outer": None, "many": None, "keep": None},
+        {"i": 2, "outer": {"x": 3, "inner": None}, "many": [], "keep": []}]

@@ -302,9 +302,9 @@ class ParquetSink:
         empty map (``{}``, a Spark map with no entries) is inferred as one, and Parquet
         cannot store it (``Cannot write struct type ... with no child field``; the sink
         failed). Its column takes a struct's type in the file once a row has keys."""
-        columns = [self._no_empty_structs(c) for c in batch.columns]
-        if any(c is not old for c, old in zip(columns, batch.columns, strict=True)):
-            batch = self.pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+        if any(self._empty_struct_in(f.type) for f in batch.schema):
+            batch = self.pa.RecordBatch.from_arrays(
+                [self._no_empty_structs(c) for c in batch.columns], names=batch.schema.names)
         if batch.schema not in self._storable:  # a type Parquet has no form for (a union):
             try:  # its message is rejected, the others written; the sink failed
                 self.pq.write_table(batch.schema.empty_table(), self.pa.BufferOutputStream())
@@ -316,23 +316,31 @@ class ParquetSink:
             self._storable.add(batch.schema)
         return batch
 
+    def _empty_struct_in(self, t: Any) -> bool:
+        """A struct of no fields is in type ``t``, at any depth (of structs and lists)."""
+        types = self.pa.types
+        if types.is_struct(t):
+            return t.num_fields == 0 or any(self._empty_struct_in(f.type) for f in t)
+        if types.is_list(t) or types.is_large_list(t):
+            return self._empty_struct_in(t.value_type)
+        return False
+
     def _no_empty_structs(self, arr: Any) -> Any:
+        """``arr`` with each struct of no fields in its type a null (the rest as it is)."""
         pa, t = self.pa, arr.type
+        if not self._empty_struct_in(t):
+            return arr
+        if arr.offset:  # a slice: its own buffers, so that its children line up
+            arr = pa.concat_arrays([arr])
         if pa.types.is_struct(t):
             if t.num_fields == 0:
                 return pa.nulls(len(arr))
             kids = [self._no_empty_structs(arr.field(i)) for i in range(t.num_fields)]
-            if all(k is arr.field(i) for i, k in enumerate(kids)):
-                return arr
             return pa.StructArray.from_arrays(
                 kids, fields=[pa.field(t.field(i).name, k.type) for i, k in enumerate(kids)],
                 mask=arr.is_null())
-        if pa.types.is_list(t) or pa.types.is_large_list(t):
-            values = self._no_empty_structs(arr.values)
-            if values is arr.values:
-                return arr
-            return type(arr).from_arrays(arr.offsets, values, mask=arr.is_null())
-        return arr
+        values = self._no_empty_structs(arr.values)  # a list's
+        return type(arr).from_arrays(arr.offsets, values, mask=arr.is_null())
 
     def _reject(self, msg: Message, exc: Exception) -> None:
         self.rejected += 1
