@@ -34,15 +34,24 @@ if os.environ.get("NAKFLOW_PURE_ALL") == "1":
 can_build = shutil.which("cc") is not None and importlib.util.find_spec("Cython") is not None
 
 
-def run(env_pure: bool, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run(env_pure: bool, *args: str, timeout: float = 250) -> subprocess.CompletedProcess[str]:
+    """``timeout`` stays below pytest-timeout's 300 s guard, so that a child that hangs is
+    stopped here, with its output shown: the guard stopped this process first, and the
+    output of a child pytest that hung in one CI run was lost with it (2026-12-07)."""
     # a pytest of its own, serial: not one of this run's xdist workers (their variables
     # would make it take the conftest's machine lock as a worker of another run)
     env = {k: v for k, v in os.environ.items()
            if k != _speedups.ENV and not k.startswith("PYTEST_XDIST")}
     if env_pure:
         env[_speedups.ENV] = "1"
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    try:
+        return subprocess.run([sys.executable, *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # its output is bytes, whatever text= said
+        out = b"".join(x if isinstance(x, bytes) else (x or "").encode()
+                       for x in (exc.stdout, exc.stderr))
+        pytest.fail(f"{' '.join(args)} ran past {timeout} s; its output:\n"
+                    f"{out.decode(errors='replace')[-6000:]}")
 
 
 @pytest.mark.skipif(not can_build, reason="no C compiler or no Cython: pure Python only")
