@@ -26,6 +26,14 @@ def _key_path(directory: str, name: str, suffix: str) -> str:
     return os.path.join(directory, f"{name}.{suffix}")
 
 
+def _make_directory(directory: str) -> None:
+    """Create ``directory`` if it is not there; raises NotADirectoryError naming it if
+    it is a file (the error said a key file existed and would not be overwritten)."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise NotADirectoryError(f"{directory} is not a directory")
+    os.makedirs(directory, exist_ok=True)
+
+
 def write_curve_pair(directory: str, name: str) -> tuple[str, str]:
     """Create ``DIR/NAME.key`` and ``DIR/NAME.key_secret`` (0600 from the start), a CURVE
     pair; raises FileExistsError if either exists (ZeroMQ's ``create_certificates``
@@ -38,7 +46,7 @@ def write_curve_pair(directory: str, name: str) -> tuple[str, str]:
     if there:
         raise FileExistsError(f"{' and '.join(there)} exist{'s' if len(there) == 1 else ''} "
                               f"in {directory}")
-    os.makedirs(directory, exist_ok=True)
+    _make_directory(directory)
     old = os.umask(0o077)
     try:
         made = zmq.auth.create_certificates(directory, name)
@@ -51,7 +59,7 @@ def write_curve_pair(directory: str, name: str) -> tuple[str, str]:
 def write_shared_key(directory: str, name: str) -> str:
     """Create ``DIR/NAME.shared_key`` (0600; never overwrites one). Returns its path."""
     path = _key_path(directory, name, "shared_key")
-    os.makedirs(directory, exist_ok=True)
+    _make_directory(directory)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32) + "\n")

@@ -192,6 +192,13 @@ def test_keygen_writes_a_curve_pair_once_and_only_inside_its_directory(tmp_path)
         for shared in ((), ("--shared",)):
             bad = keygen(*shared, str(tmp_path / "d"), name)
             assert bad.returncode == 2 and "must be a plain file name" in bad.stderr, name
+    # a DIR that is a file: the error said a key existed and would not be overwritten
+    (tmp_path / "plain").write_text("")
+    for shared in ((), ("--shared",)):
+        bad = keygen(*shared, str(tmp_path / "plain"), "k")
+        assert bad.returncode == 2, bad.stderr
+        assert bad.stderr.strip().endswith(f"{tmp_path / 'plain'} is not a directory")
+    (tmp_path / "plain").unlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rx.key", "rx.key_secret"]
 
 
