@@ -181,123 +181,27 @@ _SHELL_WORDS = frozenset(("if", "for", "while", "case", "{", "(", "exec", "read"
                           "printf", "set", "export", "ulimit", "umask", "trap", ":"))
 
 
-class ParquetSink:
-    """The rows as Parquet files in a directory (``--sink parquet:DIR``).
+class _ParquetTypes:
+    """What Parquet can hold of the record batches a ParquetSink is given: one schema for
+    batches inferred apart (``merged``), and a batch in a form Parquet can store
+    (``writable``). Batch schemas already checked are remembered (up to 64)."""
 
-    Arrow messages (the Spark data source's) are written as they are. msgpack rows (the
-    ``foreachPartition`` writer's maps) become columns, each chunk's types inferred from
-    its own rows and merged with what came before (``_merged``): a column null so far
-    takes the type of its first value, an int column a float's, a map (a struct here) the
-    union of the keys seen, so a value is never cast to a type it does not fit nor a key
-    dropped. Rows are written in row groups of up to ROW_GROUP_ROWS; a file is closed
-    (renamed from ``.part`` to ``.parquet``, readable from then on) when a stream ends and
-    the queue is empty, when it holds FILE_ROWS rows, when later rows need a wider schema
-    (the next file's is the merge of all before it, so the files read as one dataset with
-    schema merging) or one that does not merge (a column of ints, then of strings), and
-    at the receiver's stop (a signal too): nothing taken from the queue is left
-    unwritten. A message that is no row (neither Arrow nor a msgpack map) or holds a value
-    Parquet cannot take (an integer beyond int64, a union) is left out and counted
-    (``rejected``); the others are written. An empty map (msgpack ``{}``) is written as a
-    null: Parquet has no struct of no fields. Files are ``part-<start>-<n>.parquet``; the
-    one being written is ``.part-<start>-<n>.parquet.part``, hidden (a leading dot) from
-    Spark and pyarrow, which read every other file of a directory and failed on an open
-    one.
-
-    ``written`` counts the messages in closed files, the ones a reader gets; those handed
-    over and not yet in one are ``pending``. A failure (a full disk at a row group or a
-    footer, or pyarrow refusing what came) loses the open file and what is buffered: its
-    messages are counted ``lost``
-    (the file is removed, as it cannot be read), so that ``written + rejected + lost +
-    pending`` is every message handed over."""
-
-    ROW_GROUP_ROWS = 128 * 1024
-    FILE_ROWS = 4 * 1024 * 1024
-
-    def __init__(self, directory: str) -> None:
-        import os
-        import time
-
-        from ..arrow import _pa
-
-        self.pa = _pa()
-        import pyarrow.parquet as pq
-
-        self.pq = pq
-        self.name = f"parquet:{directory}"
-        self.dir = directory
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as exc:
-            raise SinkError(f"--sink {self.name}: cannot create {directory}: "
-                            f"{exc.strerror}") from None
-        if not os.access(directory, os.W_OK):
-            raise SinkError(f"--sink {self.name}: {directory} is not writable")
-        self.prefix = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-        self.written = 0  # messages in closed files
-        self.pending = 0  # messages handed over, not yet in a closed file
-        self.lost = 0  # messages handed over, lost with a file a failure left unreadable
-        self.rejected = 0  # messages that are no row it can write, left out
-        self.rejected_why: str | None = None  # the first of them, and why
-        self.rows = 0  # rows in closed or open files
-        self.files: list[str] = []
-        self._buf: list[Any] = []
-        self._buf_msgs = 0  # messages in _buf
-        self._file_msgs = 0  # messages in the open file
-        self._buf_rows = 0
-        self._buf_schema: Any = None  # the buffered batches' schemas merged
-        self._schema: Any = None  # the open file's, or the last file's
-        self._writer: Any = None
-        self._path = ""
-        self._file_rows = 0
+    def __init__(self, pa: Any, pq: Any) -> None:
+        self.pa, self.pq = pa, pq
         self._storable: set[Any] = set()  # batch schemas Parquet can store, checked
 
-    def write(self, msgs: Sequence[Message]) -> None:
-        if not msgs:
-            return
-        before = self._handed_over()
+    def merged(self, old: Any, new: Any) -> Any:
+        """One schema for rows of ``old`` and of ``new`` (``old``'s columns first): a null
+        column takes the other's type, int64 and float64 make float64, structs the union
+        of their fields. None when a column's types do not merge (int64 and string)."""
+        if old is None or old == new:
+            return new
         try:
-            self._write(msgs)
-        except Exception as exc:  # a full disk (SinkError), or pyarrow refusing what came
-            failure = exc if isinstance(exc, SinkError) else self._failed(exc)
-            self.lost += len(msgs) - (self._handed_over() - before)  # none counted yet
-            raise failure from exc
+            return self.pa.unify_schemas([old, new], promote_options="permissive")
+        except (self.pa.ArrowInvalid, self.pa.ArrowTypeError, NotImplementedError):
+            return None
 
-    def _handed_over(self) -> int:
-        return self.written + self.pending + self.rejected + self.lost
-
-    def _write(self, msgs: Sequence[Message]) -> None:
-        batches = self._batches(msgs)
-        self.pending += sum(n for _batch, n in batches)
-        for batch, n in batches:
-            merged = self._merged(self._buf_schema, batch.schema)
-            if merged is None:  # a column's type changed for good: what came before goes
-                self._write_buffer()
-                merged = batch.schema
-            self._buf_schema = merged
-            self._buf.append(batch)
-            self._buf_rows += batch.num_rows
-            self._buf_msgs += n
-        if self._buf_rows >= self.ROW_GROUP_ROWS:
-            self._write_buffer()
-
-    def _batches(self, msgs: Sequence[Message]) -> list[tuple[Any, int]]:
-        """``msgs`` as record batches, each inferred from its own rows (nothing cast), and
-        the messages in each: one, or, where a column's type changes within them, one per
-        side of the change. A message that is no row it can write (not Arrow nor a
-        msgpack map, a number beyond int64) is left out and counted: the others are
-        written."""
-        from ..arrow import ArrowDecodeError, to_record_batch
-
-        try:
-            return [(self._writable(to_record_batch(msgs)), len(msgs))]
-        except (ArrowDecodeError, self.pa.ArrowException, OverflowError) as exc:
-            if len(msgs) == 1:
-                self._reject(msgs[0], exc)
-                return []
-        half = len(msgs) // 2
-        return [*self._batches(msgs[:half]), *self._batches(msgs[half:])]
-
-    def _writable(self, batch: Any) -> Any:
+    def writable(self, batch: Any) -> Any:
         """``batch`` with every struct of no fields, at any depth, a null: a msgpack row's
         empty map (``{}``, a Spark map with no entries) is inferred as one, and Parquet
         cannot store it (``Cannot write struct type ... with no child field``; the sink
@@ -342,6 +246,121 @@ class ParquetSink:
         values = self._no_empty_structs(arr.values)  # a list's
         return type(arr).from_arrays(arr.offsets, values, mask=arr.is_null())
 
+
+class ParquetSink:
+    """The rows as Parquet files in a directory (``--sink parquet:DIR``).
+
+    Arrow messages (the Spark data source's) are written as they are. msgpack rows (the
+    ``foreachPartition`` writer's maps) become columns, each chunk's types inferred from its
+    own rows and merged with what came before (``_ParquetTypes.merged``): a column null so
+    far takes the type of its first value, an int column a float's, a map (a struct here)
+    the union of the keys seen, so a value is never cast to a type it does not fit nor a key
+    dropped. Rows are written in row groups of up to ROW_GROUP_ROWS; a file is closed
+    (renamed from ``.part`` to ``.parquet``, readable from then on) when a stream ends and
+    the queue is empty, when it holds FILE_ROWS rows, when later rows need a wider schema
+    (the next file's is the merge of all before it, so the files read as one dataset with
+    schema merging) or one that does not merge (a column of ints, then of strings), and at
+    the receiver's stop (a signal too): nothing taken from the queue is left unwritten. A
+    message that is no row (neither Arrow nor a msgpack map) or holds a value Parquet cannot
+    take (an integer beyond int64, a union) is left out and counted (``rejected``); the
+    others are written. An empty map (msgpack ``{}``) is written as a null: Parquet has no
+    struct of no fields. Files are ``part-<start>-<n>.parquet``; the one being written is
+    ``.part-<start>-<n>.parquet.part``, hidden (a leading dot) from Spark and pyarrow, which
+    read every other file of a directory and failed on an open one.
+
+    ``written`` counts the messages in closed files, the ones a reader gets; those handed
+    over and not yet in one are ``pending``. A failure (a full disk at a row group or a
+    footer, or pyarrow refusing what came) loses the open file and what is buffered: its
+    messages are counted ``lost`` (the file is removed, as it cannot be read), so that
+    ``written + rejected + lost + pending`` is every message handed over."""
+
+    ROW_GROUP_ROWS = 128 * 1024
+    FILE_ROWS = 4 * 1024 * 1024
+
+    def __init__(self, directory: str) -> None:
+        import os
+        import time
+
+        from ..arrow import _pa
+
+        self.pa = _pa()
+        import pyarrow.parquet as pq
+
+        self.pq = pq
+        self.name = f"parquet:{directory}"
+        self.dir = directory
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise SinkError(f"--sink {self.name}: cannot create {directory}: "
+                            f"{exc.strerror}") from None
+        if not os.access(directory, os.W_OK):
+            raise SinkError(f"--sink {self.name}: {directory} is not writable")
+        self.prefix = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        self.written = 0  # messages in closed files
+        self.pending = 0  # messages handed over, not yet in a closed file
+        self.lost = 0  # messages handed over, lost with a file a failure left unreadable
+        self.rejected = 0  # messages that are no row it can write, left out
+        self.rejected_why: str | None = None  # the first of them, and why
+        self.rows = 0  # rows in closed or open files
+        self.files: list[str] = []
+        self._buf: list[Any] = []
+        self._buf_msgs = 0  # messages in _buf
+        self._file_msgs = 0  # messages in the open file
+        self._buf_rows = 0
+        self._buf_schema: Any = None  # the buffered batches' schemas merged
+        self._schema: Any = None  # the open file's, or the last file's
+        self._writer: Any = None
+        self._path = ""
+        self._file_rows = 0
+        self._types = _ParquetTypes(self.pa, pq)
+
+    def write(self, msgs: Sequence[Message]) -> None:
+        if not msgs:
+            return
+        before = self._handed_over()
+        try:
+            self._write(msgs)
+        except Exception as exc:  # a full disk (SinkError), or pyarrow refusing what came
+            failure = exc if isinstance(exc, SinkError) else self._failed(exc)
+            self.lost += len(msgs) - (self._handed_over() - before)  # none counted yet
+            raise failure from exc
+
+    def _handed_over(self) -> int:
+        return self.written + self.pending + self.rejected + self.lost
+
+    def _write(self, msgs: Sequence[Message]) -> None:
+        batches = self._batches(msgs)
+        self.pending += sum(n for _batch, n in batches)
+        for batch, n in batches:
+            merged = self._types.merged(self._buf_schema, batch.schema)
+            if merged is None:  # a column's type changed for good: what came before goes
+                self._write_buffer()
+                merged = batch.schema
+            self._buf_schema = merged
+            self._buf.append(batch)
+            self._buf_rows += batch.num_rows
+            self._buf_msgs += n
+        if self._buf_rows >= self.ROW_GROUP_ROWS:
+            self._write_buffer()
+
+    def _batches(self, msgs: Sequence[Message]) -> list[tuple[Any, int]]:
+        """``msgs`` as record batches, each inferred from its own rows (nothing cast), and
+        the messages in each: one, or, where a column's type changes within them, one per
+        side of the change. A message that is no row it can write (not Arrow nor a
+        msgpack map, a number beyond int64) is left out and counted: the others are
+        written."""
+        from ..arrow import ArrowDecodeError, to_record_batch
+
+        try:
+            return [(self._types.writable(to_record_batch(msgs)), len(msgs))]
+        except (ArrowDecodeError, self.pa.ArrowException, OverflowError) as exc:
+            if len(msgs) == 1:
+                self._reject(msgs[0], exc)
+                return []
+        half = len(msgs) // 2
+        return [*self._batches(msgs[:half]), *self._batches(msgs[half:])]
+
     def _reject(self, msg: Message, exc: Exception) -> None:
         self.rejected += 1
         if self.rejected == 1:
@@ -350,23 +369,12 @@ class ParquetSink:
                         "counted under the sink's 'rejected', the rest are written",
                         self.name, self.rejected_why)
 
-    def _merged(self, old: Any, new: Any) -> Any:
-        """One schema for rows of ``old`` and of ``new`` (``old``'s columns first): a null
-        column takes the other's type, int64 and float64 make float64, structs the union
-        of their fields. None when a column's types do not merge (int64 and string)."""
-        if old is None or old == new:
-            return new
-        try:
-            return self.pa.unify_schemas([old, new], promote_options="permissive")
-        except (self.pa.ArrowInvalid, self.pa.ArrowTypeError, NotImplementedError):
-            return None
-
     def _write_buffer(self) -> None:
         if not self._buf:
             return
         import os
 
-        schema = self._merged(self._schema, self._buf_schema)
+        schema = self._types.merged(self._schema, self._buf_schema)
         if schema is None:  # a column changed its type for good: a file of its own
             schema = self._buf_schema
         if all(b.schema == schema for b in self._buf):  # Arrow messages of one schema
