@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -41,13 +42,38 @@ DEFAULT_CUT_FACTORS: Mapping[int, float] = {50: 0.9, 75: 0.7, 87: 0.5, 100: 0.25
 DEFAULT_RATE_SHARES: Mapping[int, float] = {50: 1.0, 75: 0.93, 87: 0.87, 100: 0.75}
 
 
-def no_nan(config: Any) -> None:
-    """Raise ConfigError for a float field that is NaN: every comparison with NaN is
-    false, so no bound a config checks would refuse it (``linger_s=nan`` was taken)."""
+#: The field types ``check_values`` checks, as annotated (``X | None`` takes None too).
+_KINDS: Mapping[str, tuple[tuple[type, ...], str]] = {
+    "int": ((numbers.Integral,), "a whole number"),
+    "float": ((numbers.Real,), "a number"),
+    "bool": ((bool,), "True or False"),
+    "str": ((str,), "a string"),
+}
+
+
+def check_values(config: Any) -> None:
+    """Raise ConfigError for a field whose value is not of its annotated kind (an int, a
+    number, a bool, a string; bool is no number here) or is NaN. ``capacity_msgs="100"``
+    failed deep in the queue with ``'<' not supported between instances of 'str' and
+    'int'``, ``capacity_msgs=float("inf")`` with an OverflowError, and 10.5 or True were
+    taken as a capacity; every comparison with NaN is false, so no bound a config checks
+    would refuse it (``linger_s=nan`` was taken). A number of another type (numpy's int64
+    or float32) is stored as an int or a float."""
     for f in fields(config):
         value = getattr(config, f.name)
         if isinstance(value, float) and math.isnan(value):
             raise ConfigError(f"{type(config).__name__}.{f.name} is NaN; give a number")
+        kind, _, rest = str(f.type).partition(" | ")
+        if kind not in _KINDS or rest not in ("", "None") or (rest and value is None):
+            continue
+        types, said = _KINDS[kind]
+        if not isinstance(value, types) or (kind != "bool" and isinstance(value, bool)):
+            raise ConfigError(f"{type(config).__name__}.{f.name} must be {said}"
+                              f"{' or None' if rest else ''}, not {value!r}")
+        if kind == "int" and type(value) is not int:
+            object.__setattr__(config, f.name, getattr(config, f.name).__index__())
+        elif kind == "float" and not isinstance(value, (int, float)):  # numpy's float32
+            object.__setattr__(config, f.name, float(getattr(config, f.name)))
 
 
 def check_timeout(timeout: float | None, what: str) -> float | None:
@@ -205,7 +231,7 @@ class NakConfig:
                                                    (0.05, 0.5))
 
     def __post_init__(self) -> None:
-        no_nan(self)
+        check_values(self)
         if not (self.min_rate_msgs > 0 and math.isfinite(self.min_rate_msgs)):
             raise ConfigError("min_rate_msgs must be a finite number > 0")
         if not (self.max_rate_msgs >= self.min_rate_msgs and math.isfinite(self.max_rate_msgs)):
@@ -316,7 +342,7 @@ class AckConfig:
     sender_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        no_nan(self)
+        check_values(self)
         if not self.sender_timeout_s > 0:
             raise ConfigError("sender_timeout_s must be > 0")
         if not self.receiver_timeout_s > 0 or not self.heartbeat_s > 0:
@@ -398,7 +424,7 @@ class RepairConfig:
     late_join: bool = True
 
     def __post_init__(self) -> None:
-        no_nan(self)
+        check_values(self)
         if min(self.history_msgs, self.history_bytes, self.max_requests) < 1:
             raise ConfigError("history_msgs, history_bytes and max_requests must be >= 1")
         for name in ("history_age_s", "resend_window_s", "retry_s", "linger_max_s"):
@@ -467,7 +493,7 @@ class SenderConfig:
     receiver_gone_s: float = 5.0
 
     def __post_init__(self) -> None:
-        no_nan(self)
+        check_values(self)
         check_mode(self.mode)
         if not self.stream or len(self.stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
@@ -535,7 +561,7 @@ class ReceiverConfig:
     test_data_loss: float = 0.0
 
     def __post_init__(self) -> None:
-        no_nan(self)
+        check_values(self)
         check_mode(self.mode)
         if self.overflow not in OVERFLOW_POLICIES:
             raise ConfigError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")

@@ -10,7 +10,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from nakflow import AckConfig, ConfigError, NakConfig, RepairConfig, check_mode
-from nakflow.config import LINGER_S, no_nan
+from nakflow.config import LINGER_S, check_values
 from transports import SocketOptions, check_pairs, parse_endpoints, receivers_expected
 
 log = logging.getLogger("nakflow.spark")
@@ -113,7 +113,7 @@ class WriterConfig:
     metrics_path: str | None = None
 
     def __post_init__(self) -> None:
-        no_nan(self)
+        check_values(self)
         check_mode(self.mode)
         if self.require_complete is None:
             object.__setattr__(self, "require_complete",

@@ -87,6 +87,9 @@ BAD = [
     # nan passed every bound (each comparison is false): --duration nan ran for ever
     (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
       "--duration", "nan"), "argument --duration: not a number: 'nan'"),
+    # 1e3 is a number: said "not a number"
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--count", "1e3"), "argument --count: not a whole number: '1e3'"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--wait-timeout", "0.5"), "0 of 1 receivers answered"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",

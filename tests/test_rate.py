@@ -443,6 +443,42 @@ def test_no_config_takes_nan_for_a_number():
     assert checked >= 30
 
 
+def test_a_config_value_of_the_wrong_kind_is_named_not_taken():
+    """``capacity_msgs="100"`` failed deep in the queue (``'<' not supported between
+    instances of 'str' and 'int'``), ``float("inf")`` with an OverflowError, and 10.5 or
+    True were taken as a capacity. Every int, float, bool and str field of every config
+    refuses a value of another kind by name; numpy's numbers are taken as Python's."""
+    import dataclasses
+
+    import numpy as np
+
+    from nakflow.config import AckConfig, ReceiverConfig, RepairConfig, SenderConfig
+    from spark_adapter.config import WriterConfig
+
+    base = {WriterConfig: {"data": "tcp://127.0.0.1:1", "feedback": "tcp://127.0.0.1:2"}}
+    wrong = {"int": ("100", True, 10.5, float("inf")), "float": ("3", True, b"1"),
+             "bool": (1, "yes", None), "str": (5, b"nak")}
+    checked = 0
+    for cls in (NakConfig, AckConfig, RepairConfig, SenderConfig, ReceiverConfig,
+                WriterConfig):
+        for f in dataclasses.fields(cls):
+            kind, _, rest = str(f.type).partition(" | ")
+            if kind not in wrong or rest not in ("", "None"):
+                continue
+            for value in wrong[kind]:
+                if rest and value is None:
+                    continue
+                with pytest.raises(ConfigError, match=f"^{cls.__name__}.{f.name} must be "):
+                    cls(**{**base.get(cls, {}), f.name: value})
+            checked += 1
+    assert checked >= 60
+    rx = ReceiverConfig(capacity_msgs=np.int64(7), hello_interval_s=np.float32(0.25))
+    assert (rx.capacity_msgs, rx.hello_interval_s) == (7, 0.25)
+    assert type(rx.capacity_msgs) is int and type(rx.hello_interval_s) is float
+    assert ReceiverConfig(sender_gone_s=None, capacity_msgs=5).sender_gone_s is None
+    assert SenderConfig(max_rate_msgs=1000).max_rate_msgs == 1000  # an int is a number
+
+
 naks = st.lists(st.tuples(st.floats(0.0, 0.5), st.sampled_from([1, 50, 60, 75, 87, 99, 100])),
                 max_size=60)
 

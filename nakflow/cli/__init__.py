@@ -47,7 +47,8 @@ def _number(kind: type, *, minimum: float, strict: bool) -> Any:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+            said = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"not {said}: {text!r}") from None
         if value != value:  # nan: every comparison false, so no bound would refuse it
             raise argparse.ArgumentTypeError(f"not a number: {text!r}")
         if value < minimum or (strict and value == minimum):
