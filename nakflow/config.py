@@ -79,11 +79,27 @@ def check_values(config: Any) -> None:
 def check_timeout(timeout: float | None, what: str) -> float | None:
     """Return ``timeout`` (s; None: no limit) if it is a number >= 0, else raise ValueError
     (as ``queue.Queue.get`` does): a negative one is no wait that was meant, and with NaN
-    no deadline is ever reached (``messages(timeout=nan)`` waited for ever)."""
+    no deadline is ever reached (``messages(timeout=nan)`` waited for ever). Another kind
+    (a string) is a TypeError saying so (Python's words were ``'>=' not supported``)."""
+    if timeout is not None and (isinstance(timeout, bool)
+                                or not isinstance(timeout, numbers.Real)):
+        raise TypeError(f"{what}: timeout must be a number of seconds >= 0 (or None: no "
+                        f"limit), not {timeout!r}")
     if timeout is not None and not timeout >= 0:
         raise ValueError(f"{what}: timeout must be a number of seconds >= 0 (or None: no "
                          f"limit), not {timeout!r}")
     return timeout
+
+
+def check_count(n: int, what: str, name: str) -> int:
+    """Return ``n`` if it is a whole number >= 0; else raise TypeError for another kind (a
+    string failed with Python's ``'<' not supported``, and ``wait_for_receivers(1.5)``
+    waited its whole timeout for "1.5 receivers") or ValueError for a negative one."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{what}: {name} must be a whole number >= 0, not {n!r}")
+    if n < 0:
+        raise ValueError(f"{what}: {name} must be >= 0, not {n}")
+    return n
 
 
 def check_levels(levels: tuple[int, ...]) -> tuple[int, ...]:

@@ -188,8 +188,9 @@ def test_arguments_no_call_can_use_are_refused_and_a_generator_is_a_batch(driver
     ``object of type 'generator' has no len()``; one payload given in place of the batch
     was sent a byte at a time or refused for its first byte. A negative count or timeout,
     or a NaN one (no deadline is ever reached: ``messages(timeout=nan)`` waited for ever),
-    was taken or failed deep inside (``islice``). Each is a ValueError or TypeError
-    saying what is wrong, on every driver."""
+    was taken or failed deep inside (``islice``), as was a count or timeout of another kind
+    (a string, 1.5 receivers). Each is a ValueError or TypeError saying what is wrong, on
+    every driver."""
     if driver == "sim":
         pytest.skip("the simulator drives the cores: no blocking calls, no timeouts")
     nan = float("nan")
@@ -204,7 +205,17 @@ def test_arguments_no_call_can_use_are_refused_and_a_generator_is_a_batch(driver
                 ("rx", "get_many", (-5,), {}, ValueError, "max_n must be >= 0, not -5"),
                 ("rx", "get_many", (5,), {"timeout": nan}, ValueError, "not nan"),
                 ("rx", "messages", (), {"senders": -1}, ValueError, "senders must be >= 0"),
-                ("rx", "messages", (), {"timeout": nan}, ValueError, "messages: timeout")]:
+                ("rx", "messages", (), {"timeout": nan}, ValueError, "messages: timeout"),
+                # another kind: Python's "'<' not supported", and wait_for_receivers(1.5)
+                # waited its whole timeout for "1 of 1.5 receivers"
+                ("tx", "wait_for_receivers", (1.5,), {"timeout": 5.0}, TypeError,
+                 "wait_for_receivers: n must be a whole number >= 0, not 1.5"),
+                ("tx", "wait_for_receivers", (1,), {"timeout": "5"}, TypeError,
+                 "wait_for_receivers: timeout must be a number of seconds >= 0"),
+                ("rx", "get_many", ("5",), {}, TypeError, "max_n must be a whole number"),
+                ("rx", "get_many", (2.5,), {}, TypeError, "not 2.5"),
+                ("rx", "messages", (), {"senders": "1"}, TypeError, "senders must be a whole"),
+                ("rx", "messages", (), {"timeout": "1"}, TypeError, "messages: timeout")]:
             exc = await pair.refused(side, name, *args, **kw)
             assert isinstance(exc, error) and says in str(exc), (name, args, kw, exc)
         await pair.close()

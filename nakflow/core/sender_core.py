@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..config import SenderConfig
+from ..config import SenderConfig, check_count
 from ..errors import ConfigError, LocalProtocolError, PeerMismatch
 from ..events import BeyondHistory, Closed, Confirmed, ReceiverJoined, ReceiverLeft
 from ..policy.bucket import TokenBucket
@@ -322,9 +322,9 @@ class SenderCore(Endpoint):
 
     def want_receivers(self, n: int, now: float) -> None:
         """The driver waits until ``receivers_ready() >= n``: say HELLO meanwhile (0: done).
-        Raises LocalProtocolError after close."""
-        if n < 0:
-            raise ValueError(f"wait_for_receivers: n must be >= 0, not {n}")
+        Raises LocalProtocolError after close, TypeError or ValueError for an ``n`` that
+        is no whole number >= 0."""
+        check_count(n, "wait_for_receivers", "n")
         if n:
             self.usable("wait_for_receivers")
         if self.receiver_wait.want(n, now):

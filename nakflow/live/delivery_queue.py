@@ -21,7 +21,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any
 
-from ..config import check_timeout
+from ..config import check_count, check_timeout
 from ..core.receiver_core import Message
 from ..wire import SenderKey
 
@@ -38,9 +38,8 @@ Item = tuple[SenderKey, Message]
 
 def check_take(max_n: int, timeout: float | None) -> None:
     """``get_many`` (threaded or asyncio) refuses a negative ``max_n`` (it failed inside
-    ``islice``) and a ``timeout`` < 0 or NaN: ValueError."""
-    if max_n < 0:
-        raise ValueError(f"get_many: max_n must be >= 0, not {max_n}")
+    ``islice``) and a ``timeout`` < 0 or NaN: ValueError (another kind: TypeError)."""
+    check_count(max_n, "get_many", "max_n")
     check_timeout(timeout, "get_many")
 
 

@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import check_timeout
+from ..config import check_count, check_timeout
 from ..errors import LocalProtocolError
 
 log = logging.getLogger("nakflow.live.sender")
@@ -71,9 +71,8 @@ def closed_before_done(receiver_id: str, finished: int, senders: int) -> LocalPr
 def check_senders(senders: int, timeout: float | None) -> None:
     """A receiver's ``messages()`` (threaded or asyncio) refuses a negative ``senders``
     (it ended at once, as if they had finished) and a ``timeout`` < 0 or NaN (with NaN it
-    waited for ever): ValueError."""
-    if senders < 0:
-        raise ValueError(f"messages: senders must be >= 0, not {senders}")
+    waited for ever): ValueError (another kind: TypeError)."""
+    check_count(senders, "messages", "senders")
     check_timeout(timeout, "messages")
 
 
