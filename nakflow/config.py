@@ -251,10 +251,12 @@ class NakConfig:
         if not (self.min_rate_msgs > 0 and math.isfinite(self.min_rate_msgs)):
             raise ConfigError("min_rate_msgs must be a finite number > 0")
         if not (self.max_rate_msgs >= self.min_rate_msgs and math.isfinite(self.max_rate_msgs)):
-            raise ConfigError("max_rate_msgs must be finite and >= min_rate_msgs")
+            raise ConfigError(f"max_rate_msgs must be finite and >= min_rate_msgs "
+                              f"({self.min_rate_msgs:g}), not {self.max_rate_msgs!r}")
         init = self.initial_rate_msgs
         if init is not None and not (self.min_rate_msgs <= init and math.isfinite(init)):
-            raise ConfigError("initial_rate_msgs must be finite and >= min_rate_msgs")
+            raise ConfigError(f"initial_rate_msgs must be finite and >= min_rate_msgs "
+                              f"({self.min_rate_msgs:g}), not {init!r}")
         if not (self.ramp_factor > 1 and math.isfinite(self.ramp_factor)):
             raise ConfigError("ramp_factor must be a finite number > 1")
         if not (self.probe_factor > 1 and math.isfinite(self.probe_factor)):

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from nakflow import MODES
+from nakflow.cli import number_arg
 from nakflow.tables import format_table
 
 from .shipping import SHIP_CHOICES
@@ -28,11 +29,10 @@ EVAL_NOTES = {"delivered": "DataFrame rows the receiver took",
                           "nothing missing) / tasks"}
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
-    return value
+_positive_int = number_arg(int, minimum=0, strict=True)
+_non_negative_int = number_arg(int, minimum=0, strict=False)
+_non_negative = number_arg(float, minimum=0, strict=False, finite=True)
+_rate = number_arg(float, minimum=0, strict=True, finite=True)
 
 
 def register(sub: Any) -> None:
@@ -46,7 +46,7 @@ def register(sub: Any) -> None:
     p.add_argument("--master", default="local[*]",
                    help="Spark master URL, e.g. local[*], local-cluster[2,1,1024] or "
                         "spark://host:7077")
-    p.add_argument("--standalone", type=int, default=0, metavar="WORKERS",
+    p.add_argument("--standalone", type=_non_negative_int, default=0, metavar="WORKERS",
                    help="start a Spark standalone Master and this many Workers on 127.0.0.1 "
                         "for the run (separate JVMs, 1 core and 1 GiB each) and use it as "
                         "the master; 0: use --master")
@@ -59,18 +59,19 @@ def register(sub: Any) -> None:
     p.add_argument("--rows", type=_positive_int, default=100_000, help="rows to generate")
     p.add_argument("--partitions", type=_positive_int, default=None,
                    help="partitions = senders (default 4; with --input: as read)")
-    p.add_argument("--row-bytes", type=int, default=60, help="filler bytes per generated row")
+    p.add_argument("--row-bytes", type=_non_negative_int, default=60,
+                   help="filler bytes per generated row")
     p.add_argument("--input", default=None, metavar="PATH", help="parquet, csv or json to send")
     p.add_argument("--format", default=None, choices=("parquet", "csv", "json"),
                    help="format of --input (default: from its file name)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="comma-separated modes, run one after the other on the same data")
-    p.add_argument("--slow-rate", type=float, default=20_000.0, metavar="ROWS_PER_S",
+    p.add_argument("--slow-rate", type=_rate, default=20_000.0, metavar="ROWS_PER_S",
                    help="the slow receiver's consumption rate, rows/s")
     p.add_argument("--capacity", type=_positive_int, default=5_000, help="queue bound, rows")
-    p.add_argument("--stall-for", type=float, default=0.0, metavar="S",
+    p.add_argument("--stall-for", type=_non_negative, default=0.0, metavar="S",
                    help="add a receiver whose consumer stalls this long (0: none)")
-    p.add_argument("--stall-at", type=float, default=2.0, metavar="S",
+    p.add_argument("--stall-at", type=_non_negative, default=2.0, metavar="S",
                    help="... this long after it started")
     p.add_argument("--receivers", action="append", default=[], metavar="DATA,FEEDBACK",
                    help="an external receiver's endpoints (repeatable); none are started then")

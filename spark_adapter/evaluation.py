@@ -9,6 +9,7 @@ reports from their processes, and put both in one comparison table.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import tempfile
@@ -20,6 +21,7 @@ from typing import Any
 
 from nakflow import MODES, ConfigError, check_mode
 from nakflow.cli.commands import say
+from nakflow.config import check_values
 from nakflow.testing import LocalReceivers, ReceiverSpec
 
 from .config import WriterConfig
@@ -68,6 +70,7 @@ class EvalConfig:
     writer: str = "datasource"
 
     def __post_init__(self) -> None:
+        check_values(self)
         for m in self.modes:
             check_mode(m)
         if not self.modes:
@@ -76,8 +79,8 @@ class EvalConfig:
             raise ConfigError("rows, capacity and batch_rows must be >= 1, row_bytes >= 0")
         if self.partitions is not None and self.partitions < 1:
             raise ConfigError("partitions must be >= 1")
-        if not self.slow_rate > 0 or self.stall_for_s < 0 or self.stall_at_s < 0:
-            raise ConfigError("slow_rate must be > 0, stall times >= 0")
+        if not 0 < self.slow_rate < math.inf or self.stall_for_s < 0 or self.stall_at_s < 0:
+            raise ConfigError("slow_rate must be a finite number > 0, stall times >= 0")
         if self.input_format is not None and self.input_format not in INPUT_FORMATS:
             raise ConfigError(f"input_format must be one of {', '.join(INPUT_FORMATS)}")
         if self.input_path is not None:  # before Spark starts (it took 6 s to say so)

@@ -87,6 +87,14 @@ BAD = [
     # nan passed every bound (each comparison is false): --duration nan ran for ever
     (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
       "--duration", "nan"), "argument --duration: not a number: 'nan'"),
+    # a receiver's --consume-rate inf died with an OverflowError's traceback (exit 1)
+    (("receive", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--consume-rate", "inf"), "argument --consume-rate: must be a finite number: 'inf'"),
+    # the config's words, naming neither the option nor the bound
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--max-rate", "inf"), "argument --max-rate: must be a finite number: 'inf'"),
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--nak-initial-rate", "1"), "initial_rate_msgs must be finite and >= min_rate_msgs (50)"),
     # 1e3 is a number: said "not a number"
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--count", "1e3"), "argument --count: not a whole number: '1e3'"),
@@ -130,6 +138,20 @@ def test_eval_refuses_an_input_it_cannot_read_before_it_starts_spark(tmp_path, n
     assert out.returncode == 2, out.stderr
     assert errors_of(out) == [f"nakflow eval: error: {message} {tmp_path / name}"
                               + ("; give --format" if name == "rows.txt" else "")]
+
+
+@pytest.mark.parametrize("args,message", [
+    # argparse's "invalid _positive_int value", or a negative filler taken
+    (("--rows", "abc"), "argument --rows: not a whole number: 'abc'"),
+    (("--row-bytes", "-1"), "argument --row-bytes: must be >= 0: '-1'"),
+    # inf: every receiver it started died (--consume-rate inf); nan stalls were taken
+    (("--slow-rate", "inf"), "argument --slow-rate: must be a finite number: 'inf'"),
+    (("--stall-for", "nan"), "argument --stall-for: not a number: 'nan'")])
+def test_eval_refuses_a_bad_number_before_it_starts_spark(args: tuple[str, ...],
+                                                          message: str) -> None:
+    out = nakflow("eval", *args)
+    assert out.returncode == 2, out.stderr
+    assert errors_of(out) == [f"nakflow eval: error: {message} (see 'nakflow eval --help')"]
 
 
 def test_a_port_in_use_and_a_missing_authorized_dir_say_so(tmp_path) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -42,7 +43,11 @@ from .commands import (
 log = logging.getLogger("nakflow.cli")
 
 
-def _number(kind: type, *, minimum: float, strict: bool) -> Any:
+def number_arg(kind: type, *, minimum: float, strict: bool, finite: bool = False) -> Any:
+    """An argparse ``type``: ``kind`` (int or float) parsed from the text, refused with
+    the option's name (argparse adds it) if it is NaN, below ``minimum`` (or at it, if
+    ``strict``) or, if ``finite``, infinite. The commands other packages register (``eval``,
+    ``simulate``) use it too."""
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -51,6 +56,8 @@ def _number(kind: type, *, minimum: float, strict: bool) -> Any:
             raise argparse.ArgumentTypeError(f"not {said}: {text!r}") from None
         if value != value:  # nan: every comparison false, so no bound would refuse it
             raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+        if finite and value == math.inf:
+            raise argparse.ArgumentTypeError(f"must be a finite number: {text!r}")
         if value < minimum or (strict and value == minimum):
             raise argparse.ArgumentTypeError(
                 f"must be {'>' if strict else '>='} {minimum:g}: {text!r}")
@@ -58,10 +65,12 @@ def _number(kind: type, *, minimum: float, strict: bool) -> Any:
     return parse
 
 
-_positive_int = _number(int, minimum=0, strict=True)
-_positive = _number(float, minimum=0, strict=True)
-_non_negative = _number(float, minimum=0, strict=False)
-_count = _number(int, minimum=0, strict=False)
+_positive_int = number_arg(int, minimum=0, strict=True)
+_positive = number_arg(float, minimum=0, strict=True)
+_non_negative = number_arg(float, minimum=0, strict=False)
+#: a rate, msgs/s (inf: a receiver's --consume-rate inf failed with an OverflowError)
+_rate = number_arg(float, minimum=0, strict=True, finite=True)
+_count = number_arg(int, minimum=0, strict=False)
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -229,7 +238,7 @@ def _receive_parser(sub: Any) -> None:
     r.add_argument("--capacity", type=_positive_int, default=10_000, help="queue bound, msgs")
     r.add_argument("--overflow", choices=("drop-newest", "drop-oldest", "block"),
                    default="drop-newest", help="what a full queue does with a new message")
-    r.add_argument("--consume-rate", type=_positive, default=None, metavar="MSGS_PER_S",
+    r.add_argument("--consume-rate", type=_rate, default=None, metavar="MSGS_PER_S",
                    help="consume no faster than this (default: as fast as it can)")
     r.add_argument("--stall-at", type=_non_negative, default=0.0, metavar="S",
                    help="the consumer stalls this long after the start ...")
@@ -296,7 +305,7 @@ def _send_parser(sub: Any) -> None:
                    help="payload size of each message")
     s.add_argument("--duration", type=_positive, default=None, metavar="S",
                    help="send for this long (default: until --count is sent)")
-    s.add_argument("--max-rate", type=_positive, default=None, metavar="MSGS_PER_S",
+    s.add_argument("--max-rate", type=_rate, default=None, metavar="MSGS_PER_S",
                    help="never faster than this, whatever the flow control allows "
                         "(default: no cap)")
     s.add_argument("--batch", type=_positive_int, default=1,
@@ -332,7 +341,7 @@ def _send_parser(sub: Any) -> None:
     s.add_argument("--send-timeout", type=_positive, default=30.0, metavar="S",
                    help="give up if the flow control lets nothing out for this long (ack "
                         "with every receiver gone): report, no END, exit 1")
-    s.add_argument("--nak-initial-rate", dest="nak_initial_rate_msgs", type=_positive,
+    s.add_argument("--nak-initial-rate", dest="nak_initial_rate_msgs", type=_rate,
                    default=None, metavar="MSGS_PER_S",
                    help=f"nak: slow start's first rate (default {d.initial_rate_msgs:g})")
     s.add_argument("--nak-start-window", dest="nak_start_window_msgs", type=_count,
@@ -369,7 +378,7 @@ def _other_parsers(sub: Any) -> None:
                    help="comma-separated modes to run, one after the other")
     d.add_argument("--count", type=_positive_int, default=100_000,
                    help="messages the sender sends in each mode")
-    d.add_argument("--slow-rate", type=_positive, default=20_000.0,
+    d.add_argument("--slow-rate", type=_rate, default=20_000.0,
                    metavar="MSGS_PER_S", help="the slow receiver's consumption rate")
     d.add_argument("--capacity", type=_positive_int, default=5_000, metavar="MSGS",
                    help="each receiver's queue bound")
