@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from nakflow import MODES, check_mode
+from nakflow.cli import number_arg
 from nakflow.tables import format_table
 
 from .engines import CORES_MAX_STREAMS, ENGINES, MODEL_LEAVES_OUT
@@ -47,7 +48,7 @@ def register(sub: Any) -> None:
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="cores: the real protocol cores; model: the vectorised model; auto "
                         f"(default): cores up to {CORES_MAX_STREAMS} receivers x senders")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=number_arg(int, minimum=0, strict=False), default=0,
                    help="random seed: the same seed gives the same run")
     p.add_argument("--out", default=None, metavar="DIR", help="write JSON, CSV and PNG plots")
     p.add_argument("--json", action="store_true", help="print one JSON object")

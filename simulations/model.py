@@ -88,6 +88,10 @@ class SimParams:
     ack: AckConfig = field(default_factory=AckConfig)
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # inf passed every bound and failed deep inside
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, not {value!r}")
         checks = [
             (self.receivers >= 1, "receivers must be >= 1"),
             (self.senders >= 1, "senders must be >= 1"),

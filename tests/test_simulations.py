@@ -190,6 +190,17 @@ def test_simulate_cli_table_json_out_and_errors(tmp_path):
     empty = subprocess.run([sys.executable, "-m", "nakflow", "simulate", "latency-sweep",
                             "--param", "sweep="], capture_output=True, text=True)
     assert empty.returncode == 2 and "sweep= names no value of rtt_s" in empty.stderr
+    # inf passed every bound and failed deep inside with an OverflowError's traceback; a
+    # negative seed said only "expected non-negative integer"
+    for args, says in ((("--param", "duration_s=inf"), "duration_s must be a finite number, "
+                        "not inf"),
+                       (("--param", "consume_rate_msgs=inf"), "consume_rate_msgs must be a "
+                        "finite number, not inf"),
+                       (("--seed", "-3"), "argument --seed: must be >= 0: '-3'")):
+        wrong = subprocess.run([sys.executable, "-m", "nakflow", "simulate", "gc-pauses",
+                                *args], capture_output=True, text=True, timeout=60)
+        assert wrong.returncode == 2 and says in wrong.stderr, wrong.stderr[-2000:]
+        assert len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr[-2000:]
 
 
 def test_a_sweep_of_no_value_is_an_error():
