@@ -24,6 +24,14 @@ FRAME_BYTES = 64 * 1024
 
 MODES = ("nak", "ack", "none")
 
+#: The largest frame bound either side takes (``max_frame_bytes``), bytes: what ZeroMQ's
+#: size option and a msgpack frame hold (a bigger one failed in the socket's setup with an
+#: OverflowError's traceback).
+MAX_FRAME_BYTES_LIMIT = 2**31 - 1
+#: The largest queue bound (``capacity_msgs``): a receiver's HELLO answer says it, and a
+#: bigger one (10**20) killed the receiver's I/O thread at the first HELLO it answered.
+MAX_CAPACITY_MSGS = 2**32
+
 #: NAK levels in percent of queue capacity (seed 001: "50%, 75%, 87%, 100%").
 DEFAULT_LEVELS: tuple[int, ...] = (50, 75, 87, 100)
 
@@ -100,6 +108,13 @@ def check_count(n: int, what: str, name: str) -> int:
     if n < 0:
         raise ValueError(f"{what}: {name} must be >= 0, not {n}")
     return n
+
+
+def check_frame_bound(max_frame_bytes: int) -> None:
+    """Raise ConfigError unless ``max_frame_bytes`` lies in 1..MAX_FRAME_BYTES_LIMIT."""
+    if not 1 <= max_frame_bytes <= MAX_FRAME_BYTES_LIMIT:
+        raise ConfigError(f"max_frame_bytes must lie in 1..{MAX_FRAME_BYTES_LIMIT:,}, not "
+                          f"{max_frame_bytes:,}")
 
 
 def check_levels(levels: tuple[int, ...]) -> tuple[int, ...]:
@@ -525,6 +540,7 @@ class SenderConfig:
             raise ConfigError("receiver_gone_s must be > 0")
         if self.linger_s < 0 or self.frame_msgs < 1 or self.frame_bytes < 1:
             raise ConfigError("linger_s must be >= 0, frame_msgs and frame_bytes >= 1")
+        check_frame_bound(self.max_frame_bytes)
 
     def named(self, sender_id: str, epoch: int) -> SenderConfig:
         """This config with its id and epoch filled in (where they were None)."""
@@ -583,8 +599,10 @@ class ReceiverConfig:
         check_mode(self.mode)
         if self.overflow not in OVERFLOW_POLICIES:
             raise ConfigError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
-        if self.capacity_msgs < 1:
-            raise ConfigError("capacity_msgs must be >= 1")
+        if not 1 <= self.capacity_msgs <= MAX_CAPACITY_MSGS:
+            raise ConfigError(f"capacity_msgs must lie in 1..{MAX_CAPACITY_MSGS:,}, not "
+                              f"{self.capacity_msgs:,}")
+        check_frame_bound(self.max_frame_bytes)
         if self.max_streams < 1:
             raise ConfigError("max_streams must be >= 1")
         if not self.stream or len(self.stream) > 256:

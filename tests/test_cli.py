@@ -735,3 +735,76 @@ def test_two_receivers_started_with_one_id_make_the_send_exit_1_naming_it() -> N
     assert tx.returncode == 1, tx.stderr
     assert "two receivers answer as 'same'" in tx.stderr, tx.stderr
     assert "Traceback" not in tx.stderr
+
+
+#: Runs ``nakflow receive`` with its I/O thread made to fail at the first data it reads.
+IO_FAILS = """
+import sys
+from nakflow.cli import main
+from nakflow.live.receiver import Receiver
+def fail(self):
+    raise RuntimeError("the I/O thread failed here")
+Receiver._read_data = fail
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_receiver_whose_io_thread_failed_stops_and_says_so() -> None:
+    """A receiver whose I/O thread died (a queue bound of 10**20 did it, at the first
+    HELLO it answered: now refused) went on as a deaf service, every 30 s "still waiting
+    for 1 more sender(s)", until a signal. It stops at once and exits 1 naming the
+    failure."""
+    data, fb = endpoints()
+    rx = subprocess.Popen([sys.executable, "-c", IO_FAILS, "receive", "--data", data,
+                           "--feedback", fb, "--senders", "1"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert rx.stderr is not None
+        assert "nakflow receive: ready" in rx.stderr.readline()
+        tx = nakflow("send", "--data", data, "--feedback", fb, "--count", "10",
+                     "--wait-timeout", "2")
+        assert tx.returncode == 2  # nobody answered its HELLO
+        _, err = rx.communicate(timeout=30)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
+    assert rx.returncode == 1, err
+    said = "RuntimeError('the I/O thread failed here')"
+    assert f"nakflow receive: the receiver failed ({said}); stopping" in err
+    assert f"the receiver failed: {said}" in err  # the verdict's problem
+
+
+def test_a_queue_or_frame_bound_past_what_the_wire_holds_is_refused() -> None:
+    for args, says in ((("--capacity", str(10**20)), "capacity_msgs must lie in "
+                        "1..4,294,967,296, not 100,000,000,000,000,000,000"),
+                       (("--max-frame-bytes", str(2**31)), "max_frame_bytes must lie in "
+                        "1..2,147,483,647, not 2,147,483,648")):
+        out = nakflow("receive", "--data", "tcp://127.0.0.1:*", "--feedback",
+                      "tcp://127.0.0.1:*", "--duration", "1", *args)
+        assert out.returncode == 2 and errors_of(out) == [f"nakflow receive: error: {says}"]
+    assert nakflow("send", "--data", "tcp://127.0.0.1:1", "--feedback", "tcp://127.0.0.1:2",
+                   "--max-frame-bytes", str(2**31)).returncode == 2
+
+
+def test_messages_of_a_receiver_whose_io_failed_say_what_failed(monkeypatch) -> None:
+    """A receiver whose I/O thread failed is closed; ``messages()`` said so with the hint
+    for a caller who closed it too early ("messages() before close()"). It names the
+    failure."""
+    from nakflow import Receiver, Sender
+    from nakflow.errors import LocalProtocolError
+    from nakflow.live.receiver import Receiver as Threaded
+
+    def fail(self: Threaded) -> float:
+        raise RuntimeError("the I/O thread failed here")
+
+    monkeypatch.setattr(Threaded, "_read_data", fail)
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx, \
+            Sender(rx.data_endpoints, rx.feedback_endpoints) as tx:
+        with pytest.raises(TimeoutError):  # its HELLOs, repeated: the first read fails
+            tx.wait_for_receivers(1, timeout=2)
+        with pytest.raises(LocalProtocolError) as err:
+            list(rx.messages(senders=1, timeout=30))
+        tx.abort()
+    assert str(err.value).endswith("nothing more can arrive (its I/O failed: "
+                                   "RuntimeError('the I/O thread failed here'))")

@@ -450,6 +450,9 @@ def cmd_receive(args: argparse.Namespace) -> int:
         waiting = _Waiting(args.senders, t0, args.test_quiet_s) if args.senders else None
         more_said = False
         while consumer.error is None:
+            if rx.error is not None:  # its I/O thread failed: it hears nothing any more
+                say(f"nakflow receive: the receiver failed ({rx.error!r}); stopping")
+                break
             now = time.monotonic()
             if args.duration is not None and now - t0 >= args.duration:
                 break

@@ -169,7 +169,8 @@ class AsyncReceiver:
             if not batch and self.done(senders) and not self.live_streams():
                 return
             if not batch and self._queue.closed and not len(self._queue):
-                raise closed_before_done(self.receiver_id, self._queue.finished(), senders)
+                raise closed_before_done(self.receiver_id, self._queue.finished(), senders,
+                                         self.error)
             if time.monotonic() >= end:
                 raise TimeoutError(f"{self._queue.finished()} of {senders} senders finished "
                                    f"within {timeout} s")

@@ -59,13 +59,17 @@ def close_at_exit(sender: Any) -> None:
     _OPEN.add(sender)
 
 
-def closed_before_done(receiver_id: str, finished: int, senders: int) -> LocalProtocolError:
+def closed_before_done(receiver_id: str, finished: int, senders: int,
+                       error: BaseException | None = None) -> LocalProtocolError:
     """What a receiver's ``messages()`` (threaded or asyncio) raises once the receiver is
     closed and drained before its senders finished: nothing more can arrive (it waited
-    its whole timeout, then said how many had finished)."""
+    its whole timeout, then said how many had finished). ``error``: what closed it, its
+    I/O failing (the hint said to call messages() before close())."""
+    why = ("messages() before close(), or before the with block ends" if error is None
+           else f"its I/O failed: {error!r}")
     return LocalProtocolError(
         f"receiver {receiver_id} is closed: {finished} of {senders} senders finished, and "
-        "nothing more can arrive (messages() before close(), or before the with block ends)")
+        f"nothing more can arrive ({why})")
 
 
 def check_senders(senders: int, timeout: float | None) -> None:

@@ -139,7 +139,7 @@ class Receiver:
             if not batch and self.done(senders) and not self.live_streams():
                 return
             if not batch and self._queue.closed and not len(self._queue):
-                raise closed_before_done(self.receiver_id, self.finished(), senders)
+                raise closed_before_done(self.receiver_id, self.finished(), senders, self.error)
             if time.monotonic() >= end:
                 raise TimeoutError(f"{self.finished()} of {senders} senders finished within "
                                    f"{timeout} s")
