@@ -347,6 +347,37 @@ def test_a_late_joiner_asks_the_history_for_what_came_before_it_as_room_allows()
         "missed_before_join": 60}
 
 
+def test_an_idle_senders_announcements_make_a_late_join_as_its_frames_would():
+    """A sender that did not wait for its receivers lost its first frames to ZeroMQ's
+    slow joiner, then sent nothing for a while: its receiver heard only its idle
+    announcements, took the stream to start at the announced seq and kept what came
+    before as missed before join, never asked for (1 message in 2 of 6 live runs; the
+    history held it). Three announcements ask, as three DATA frames do; one (a made-up
+    sender's) asks nothing; an END after one asks too."""
+    t = SequenceTracker(repair=True)
+    t.on_announce("fake", 7, 1 << 40)
+    t.on_announce("p", 1, 5)
+    t.on_announce("p", 1, 5)
+    assert not t.with_gaps  # nobody asked yet
+    t.on_announce("p", 1, 5)
+    rq = RepairRequester(t, "s", "r", cfg(backoff_s=0.0), capacity_msgs=40)
+    assert requested(rq.poll(0.0, now=0.0)) == [((0, 5),)]
+    assert t.on_repair("p", 1, 0, 5) == [(0, 5)]
+    t.on_end("p", 1, 5)
+    row = next(r for r in t.per_sender() if r["sender"] == "p")
+    assert row["status"] == "complete" and row["repaired"] == 5
+    ended = SequenceTracker(repair=True)
+    ended.on_announce("q", 1, 3)  # one announcement, then END: ask for what it said
+    ended.on_end("q", 1, 3)
+    assert requested(RepairRequester(ended, "s", "r", cfg(backoff_s=0.0),
+                                     capacity_msgs=40).poll(0.0, now=0.0)) == [((0, 3),)]
+    off = SequenceTracker(repair=True, late_join=False)
+    for _ in range(3):
+        off.on_announce("p", 1, 5)
+    off.on_end("p", 1, 5)
+    assert not off.with_gaps and off.totals()["missed_before_join"] == 5
+
+
 def test_late_join_can_be_switched_off():
     t = SequenceTracker(repair=True, late_join=False)
     t.on_data("p", 1, 100, 10)

@@ -48,9 +48,13 @@ MAX_INTERVALS_TOTAL = 65_536  # over all sender ids; beyond it the stalest set i
 MAX_STREAMS = 10_000
 #: The totals that count what happened, and so only grow: a forgotten stream's stay.
 HAPPENED = ("received", "repaired", "duplicates", "beyond_history", "redundant")
-#: Late join asks for a stream's past only once this many of its DATA frames arrived (or
-#: its END after at least one): a flood of made-up senders sends one frame each and costs
-#: no repair requests.
+#: Late join asks for a stream's past only once this many of its frames that say how far
+#: it went arrived (DATA, an idle sender's announcement), or its END after at least one
+#: of them: a flood of made-up senders sends one frame each and costs no repair requests.
+#: Announcements count: a sender that did not wait for its receivers loses its first
+#: frames to ZeroMQ's slow joiner (a PUB drops until the subscription is in), and one then
+#: idle sends no more DATA; its receiver heard it only so and kept those seqs as missed
+#: before it joined, though the sender's history held them.
 LATE_JOIN_FRAMES = 3
 
 
@@ -72,6 +76,7 @@ class StreamState:
     #: seqs sent before this receiver first heard the stream, not (yet) repaired
     missed_before_join: int = 0
     frames: int = 0  # DATA frames heard
+    signs: int = 0  # an idle sender's announcements heard (they say how far it went)
 
     def __post_init__(self) -> None:
         self.missed_before_join = self.first_seq
@@ -168,7 +173,7 @@ class SequenceTracker:
         self.arrived += count
         self.frames += 1
         st.frames += 1
-        if st.frames == LATE_JOIN_FRAMES:
+        if st.frames + st.signs == LATE_JOIN_FRAMES:
             self._join(key, st)
         gaps = st.gaps
         if gaps:  # its sender is alive and sending: repairs may wait for its rate limit
@@ -308,7 +313,7 @@ class SequenceTracker:
         if st is None:  # nothing of it ever arrived: all of it was before we joined
             st = self._new_stream(key, final_seq)
         if st.final_seq is None:
-            if 0 < st.frames < LATE_JOIN_FRAMES:  # a short tail heard: ask for the rest
+            if 0 < st.frames + st.signs < LATE_JOIN_FRAMES:  # heard, not joined yet: ask
                 self._join(key, st)
             self._lose_tail(key, st, final_seq)
             st.final_seq = final_seq
@@ -325,8 +330,14 @@ class SequenceTracker:
         st = self.streams.get(key)
         if st is None:
             self.on_hello(sender, epoch, next_seq)
+            st = self.streams.get(key)
+            if st is None:  # without repair: nothing to ask for
+                return
         elif st.final_seq is None:
             self._lose_tail(key, st, next_seq)
+        st.signs += 1
+        if st.frames + st.signs == LATE_JOIN_FRAMES:  # an idle sender heard only so: ask
+            self._join(key, st)
 
     def _lose_tail(self, key: tuple[str, int], st: StreamState, upto: int) -> None:
         if upto > st.next_seq:
