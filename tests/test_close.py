@@ -369,3 +369,4 @@ def test_what_was_sent_after_a_stop_waits_behind_its_backlog_and_is_not_dropped_
     run.settle()
     assert run.rxs[1].dropped == dropped_at_resume, run.stream(1)
     assert run.stream(1)["status"] == "complete"
+
