@@ -290,8 +290,8 @@ class NakConfig:
         if self.probe_after_s is not None and not self.probe_after_s >= self.quiet_s:
             raise ConfigError("probe_after_s must be None or >= quiet_s")
         for name in ("window_s", "step_s", "cubic_c", "burst_s", "quiet_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0")
+            if not 0 < getattr(self, name) < math.inf:  # burst_s inf: an OverflowError
+                raise ConfigError(f"{name} must be a finite number > 0")
         if not 0 <= self.gather_s < math.inf:
             raise ConfigError("gather_s must be finite and >= 0")
         if min(self.hold_s, self.top_hold_s, self.hysteresis_pct, self.backoff_s) < 0:
@@ -530,10 +530,11 @@ class SenderConfig:
         check_mode(self.mode)
         if not self.stream or len(self.stream) > 256:
             raise ConfigError("stream must be a name of 1..256 characters")
-        if self.epoch is not None and self.epoch < 0:
-            raise ConfigError("epoch must be >= 0")
-        if self.max_rate_msgs is not None and not self.max_rate_msgs > 0:
-            raise ConfigError("max_rate_msgs must be > 0 or None")
+        if self.epoch is not None and not 0 <= self.epoch < 1 << 64:  # a frame's uint64
+            raise ConfigError(f"epoch must lie in 0..2**64-1, not {self.epoch:,}")
+        if self.max_rate_msgs is not None and not 0 < self.max_rate_msgs < math.inf:
+            raise ConfigError("max_rate_msgs must be a finite number > 0, or None (no "
+                              f"limit), not {self.max_rate_msgs!r}")
         if not self.hello_interval_s > 0 or not self.timeline_interval_s > 0:
             raise ConfigError("hello_interval_s and timeline_interval_s must be > 0")
         if not self.receiver_gone_s > 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -141,8 +142,9 @@ class WriterConfig:
             raise ConfigError("wait_timeout_s must be > 0 and linger_s >= 0")
         if self.send_timeout_s is not None and not self.send_timeout_s > 0:
             raise ConfigError("send_timeout_s must be > 0 or None")
-        if self.max_rate_msgs is not None and not self.max_rate_msgs > 0:
-            raise ConfigError("max_rate_msgs must be > 0 or None")
+        if self.max_rate_msgs is not None and not 0 < self.max_rate_msgs < math.inf:
+            raise ConfigError("max_rate_msgs must be a finite number > 0, or None (no "
+                              f"limit), not {self.max_rate_msgs!r}")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> WriterConfig:

@@ -477,6 +477,18 @@ def test_a_config_value_of_the_wrong_kind_is_named_not_taken():
     assert type(rx.capacity_msgs) is int and type(rx.hello_interval_s) is float
     assert ReceiverConfig(sender_gone_s=None, capacity_msgs=5).sender_gone_s is None
     assert SenderConfig(max_rate_msgs=1000).max_rate_msgs == 1000  # an int is a number
+    # inf for a sender's limit: OverflowError in none and ack, at the first send; in a
+    # Spark writer's options, a failure of every task
+    for make in (lambda v: SenderConfig(max_rate_msgs=v),
+                 lambda v: WriterConfig.from_options({**base[WriterConfig],
+                                                      "max_rate_msgs": str(v)})):
+        with pytest.raises(ConfigError, match="max_rate_msgs must be a finite number > 0, "
+                                              "or None"):
+            make(float("inf"))
+    with pytest.raises(ConfigError, match="burst_s must be a finite number > 0"):
+        NakConfig(burst_s=float("inf"))  # an OverflowError at the first send
+    with pytest.raises(ConfigError, match=r"epoch must lie in 0\.\.2\*\*64-1, not "):
+        SenderConfig(epoch=10**20)  # an OverflowError at the first frame
 
 
 naks = st.lists(st.tuples(st.floats(0.0, 0.5), st.sampled_from([1, 50, 60, 75, 87, 99, 100])),
