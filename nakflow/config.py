@@ -110,6 +110,14 @@ def check_count(n: int, what: str, name: str) -> int:
     return n
 
 
+def check_callable(value: Any, what: str) -> None:
+    """Raise TypeError unless ``value`` is None or callable: a ``handler=`` or ``on_event=``
+    given something else was taken and failed at each message or event (a sender's at its
+    first event, then at its exit)."""
+    if value is not None and not callable(value):
+        raise TypeError(f"{what} must be a callable (or None), not {value!r}")
+
+
 def check_frame_bound(max_frame_bytes: int) -> None:
     """Raise ConfigError unless ``max_frame_bytes`` lies in 1..MAX_FRAME_BYTES_LIMIT."""
     if not 1 <= max_frame_bytes <= MAX_FRAME_BYTES_LIMIT:

@@ -578,3 +578,18 @@ def test_an_async_sender_or_receiver_used_in_a_second_loop_says_so():
         (stream,) = rx.snapshot()["senders"]
     assert got == [b"m%d" % i for i in range(10)]
     assert stream["left"] and stream["final_seq"] is None and stream["missing"] == 0
+
+
+def test_a_handler_or_event_callback_that_is_no_callable_is_refused_at_once() -> None:
+    """``Receiver(handler=5)`` was taken, and each message was a handler error;
+    ``Sender(on_event=5)`` failed at its first event, then again at the program's exit."""
+    from nakflow import AsyncReceiver, AsyncSender, Receiver, Sender
+
+    ends = ("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    made = [lambda: Receiver(*ends, handler=5), lambda: Receiver(*ends, on_event="log"),
+            lambda: Sender(*ends, on_event=5), lambda: AsyncSender(*ends, on_event=5),
+            lambda: AsyncReceiver(*ends, on_event=5)]
+    for make in made:
+        with pytest.raises(TypeError, match=r"^(handler|on_event) must be a callable \(or "
+                                            r"None\), not (5|'log')$"):
+            make()

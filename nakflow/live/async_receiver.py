@@ -16,7 +16,7 @@ import zmq.asyncio
 
 from transports import SocketOptions, drain, open_receiver_sockets
 
-from ..config import ReceiverConfig, with_overrides
+from ..config import ReceiverConfig, check_callable, with_overrides
 from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
 from ..wire import SenderKey
@@ -36,6 +36,7 @@ class AsyncReceiver:
                  options: SocketOptions | None = None,
                  context: zmq.asyncio.Context | None = None,
                  on_event: Callable[[Event], object] | None = None, **overrides: Any) -> None:
+        check_callable(on_event, "on_event")
         no_curve(options)
         cfg = with_overrides(config, ReceiverConfig, overrides).named(f"r-{uuid.uuid4().hex[:12]}")
         t0 = time.monotonic()

@@ -28,7 +28,7 @@ from transports import (
     with_reach,
 )
 
-from ..config import SenderConfig, check_timeout, with_overrides
+from ..config import SenderConfig, check_callable, check_timeout, with_overrides
 from ..core.sender_core import SenderCore
 from ..errors import LocalProtocolError
 from ..events import Event, log_level
@@ -47,6 +47,7 @@ class AsyncSender:
                  context: zmq.asyncio.Context | None = None,
                  on_event: Callable[[Event], object] | None = None,
                  feedback_proxy: bool = False, **overrides: Any) -> None:
+        check_callable(on_event, "on_event")
         no_curve(options)
         cfg = with_overrides(config, SenderConfig, overrides).named(
             f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))

@@ -20,7 +20,7 @@ import zmq
 
 from transports import SocketOptions, drain, open_receiver_sockets
 
-from ..config import OVERFLOW_POLICIES, ReceiverConfig, with_overrides
+from ..config import OVERFLOW_POLICIES, ReceiverConfig, check_callable, with_overrides
 from ..core.receiver_core import Message, ReceiverCore
 from ..errors import LocalProtocolError
 from ..events import Event
@@ -64,6 +64,8 @@ class Receiver:
                  options: SocketOptions | None = None,
                  context: zmq.Context[zmq.Socket[bytes]] | None = None,
                  on_event: Callable[[Event], object] | None = None, **overrides: Any) -> None:
+        check_callable(handler, "handler")
+        check_callable(on_event, "on_event")
         cfg = with_overrides(config, ReceiverConfig, overrides).named(f"r-{uuid.uuid4().hex[:12]}")
         t0 = time.monotonic()
         self._wall_offset = time.time() - t0

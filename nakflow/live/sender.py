@@ -34,7 +34,7 @@ from transports import (
     with_reach,
 )
 
-from ..config import SenderConfig, check_timeout, with_overrides
+from ..config import SenderConfig, check_callable, check_timeout, with_overrides
 from ..core.sender_core import SenderCore
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
@@ -79,6 +79,7 @@ class Sender:
                  context: zmq.Context[zmq.Socket[bytes]] | None = None,
                  on_event: Callable[[Event], object] | None = None,
                  feedback_proxy: bool = False, **overrides: Any) -> None:
+        check_callable(on_event, "on_event")
         cfg = with_overrides(config, SenderConfig, overrides)
         t0 = time.monotonic()
         cfg = cfg.named(f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
