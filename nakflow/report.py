@@ -219,13 +219,15 @@ def _at_close_words(snap: dict[str, Any]) -> str:
 
 
 def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
-                   interrupted: str | None = None, after_end: bool = False) -> Verdict:
+                   interrupted: str | None = None, after_end: bool = False,
+                   waited: bool = True) -> Verdict:
     """``sent X msgs in T s (R msgs/s) to N receivers: 3 complete, 1 gone``, and the
     problems: nobody answered, fewer sent than ``planned``, an interruption (before END,
     or ``after_end``: while the close waited for receipts), a receiver
     the close did not find complete (its receipt said what it lacks; it went, or never
     confirmed), messages the receivers asked for that the history no longer held, peers
-    in another mode or with another key."""
+    in another mode or with another key. ``waited``: False for a sender that sent without
+    waiting for its receivers (nobody answering then has another likely cause)."""
     sent, elapsed = snap.get("sent", 0), snap.get("elapsed_s", 0.0)
     receivers = snap.get("receivers_seen") or snap.get("receivers") or 0
     rate = sent / elapsed if elapsed > 0 else 0.0
@@ -241,7 +243,13 @@ def sender_verdict(snap: dict[str, Any], *, planned: int | None = None,
     elif interrupted:
         problems.append(f"{interrupted}: no END was sent, receivers report the stream "
                         "incomplete")
-    if not receivers:
+    if not receivers and not waited and sent:  # the slow joiner, most likely
+        problems.append("no receiver answered before the close: nothing was known to "
+                        "arrive (it did not wait for its receivers: ZeroMQ drops what is "
+                        "sent before a receiver's subscription is in, and none had "
+                        "answered when it closed; wait for them, --wait-receivers, and "
+                        "check --data/--feedback)")
+    elif not receivers:
         problems.append("no receiver answered: nothing was known to arrive (check "
                         "--data/--feedback: the receivers' data and feedback endpoints)")
     endpoints = snap.get("data_endpoints") or []

@@ -602,7 +602,8 @@ def cmd_send(args: argparse.Namespace) -> int:
         emit(snap, args.json, keys=PLAIN_KEYS["send"])
         say(f"nakflow send: error: {mismatch}")
         return EXIT_INCOMPLETE
-    verdict = sender_verdict(snap, planned=count, interrupted=interrupted, after_end=ended)
+    verdict = sender_verdict(snap, planned=count, interrupted=interrupted, after_end=ended,
+                             waited=bool(args.wait_receivers))
     snap["summary"] = verdict.line
     snap["problems"] = verdict.problems
     emit(snap, args.json, keys=PLAIN_KEYS["send"])
