@@ -630,8 +630,13 @@ OVERFLOW_POLICIES = ("drop-newest", "drop-oldest", "block")
 
 def with_overrides(config: Any, cls: type, overrides: dict[str, Any]) -> Any:
     """``config`` (or the default of ``cls``) with ``overrides`` (keyword arguments of the
-    old constructors) applied; TypeError names an unknown one, as Python would."""
-    base = config if config is not None else cls()
+    old constructors) applied; TypeError names an unknown one, as Python would, and a
+    ``config`` of another class."""
+    if config is not None and not isinstance(config, cls):  # it failed: 'dict' ... 'named'
+        raise TypeError(f"config must be a {cls.__name__} (or None), not "
+                        f"{type(config).__name__}: its fields may be given as keyword "
+                        "arguments too")
+    base: Any = config if config is not None else cls()
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(overrides) - known)
     if unknown:

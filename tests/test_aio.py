@@ -593,3 +593,28 @@ def test_a_handler_or_event_callback_that_is_no_callable_is_refused_at_once() ->
         with pytest.raises(TypeError, match=r"^(handler|on_event) must be a callable \(or "
                                             r"None\), not (5|'log')$"):
             make()
+
+
+
+def test_a_config_or_options_of_another_class_is_refused_by_name() -> None:
+    """``Receiver(config={...})`` failed with ``'dict' object has no attribute 'named'``,
+    ``Sender(config=ReceiverConfig())`` with ``named() takes 2 positional arguments``,
+    ``options={...}`` with ``'dict' object has no attribute 'max_msg_bytes'`` (asyncio:
+    ``'curve'``)."""
+    from nakflow import AsyncReceiver, AsyncSender, Receiver, ReceiverConfig, Sender
+
+    ends = ("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    for make, says in (
+            (lambda: Receiver(*ends, config={"capacity_msgs": 5}),
+             "config must be a ReceiverConfig (or None), not dict"),
+            (lambda: Sender(*ends, config=ReceiverConfig()),
+             "config must be a SenderConfig (or None), not ReceiverConfig"),
+            (lambda: AsyncReceiver(*ends, config={}), "config must be a ReceiverConfig"),
+            (lambda: Receiver(*ends, options={"sndhwm": 5}),
+             "options must be a transports.SocketOptions (or None), not dict"),
+            (lambda: Sender(*ends, options="x"), "options must be a transports.SocketOptions"),
+            (lambda: AsyncSender(*ends, options="x"), "not str"),
+            (lambda: AsyncReceiver(*ends, options="x"), "not str")):
+        with pytest.raises(TypeError) as err:
+            make()
+        assert says in str(err.value), err.value

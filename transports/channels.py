@@ -340,9 +340,18 @@ def _ipc_in_use(uri: str) -> bool:
         probe.close()
 
 
+def check_options(options: Any) -> None:
+    """Raise TypeError unless ``options`` is None or a SocketOptions (a dict failed with
+    ``'dict' object has no attribute 'max_msg_bytes'``)."""
+    if options is not None and not isinstance(options, SocketOptions):
+        raise TypeError(f"options must be a transports.SocketOptions (or None), not "
+                        f"{type(options).__name__}")
+
+
 def _open(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, uris: Sequence[str], bind: bool,
           options: SocketOptions | None,
           subscribe: Sequence[bytes] = (b"",)) -> tuple[zmq.Socket[bytes], list[str]]:
+    check_options(options)
     opts = options or SocketOptions()
     sock = ctx.socket(kind)
     try:
@@ -550,6 +559,7 @@ def open_receiver_sockets(context: zmq.Context[zmq.Socket[bytes]] | None,
     messages of ``max_frame_bytes`` (the receiver's frame bound) and a seal at least:
     ZeroMQ drops the connection at a bigger one, and at its fixed 16 MiB a receiver
     configured for bigger frames lost every one (reported as beyond the history)."""
+    check_options(options)
     base = options or SocketOptions()
     if max_frame_bytes + FRAME_SLACK_BYTES > base.max_msg_bytes:
         options = replace(base, max_msg_bytes=max_frame_bytes + FRAME_SLACK_BYTES)

@@ -8,7 +8,7 @@ from typing import Any
 
 import zmq
 
-from transports import SocketOptions
+from transports import SocketOptions, check_options
 
 from ..errors import ConfigError, LocalProtocolError
 
@@ -21,6 +21,7 @@ def shadow(sock: Any) -> zmq.Socket[bytes]:
 
 
 def no_curve(options: SocketOptions | None) -> None:
+    check_options(options)
     if options is not None and options.curve is not None:
         raise ConfigError("CURVE needs the threaded Sender/Receiver; asyncio classes take "
                           "shared_key for authentication")
