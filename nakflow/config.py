@@ -89,8 +89,9 @@ def check_timeout(timeout: float | None, what: str) -> float | None:
     (as ``queue.Queue.get`` does): a negative one is no wait that was meant, and with NaN
     no deadline is ever reached (``messages(timeout=nan)`` waited for ever). Another kind
     (a string) is a TypeError saying so (Python's words were ``'>=' not supported``)."""
-    if timeout is not None and (isinstance(timeout, bool)
-                                or not isinstance(timeout, numbers.Real)):
+    kind = type(timeout)  # float, int and None first: every get_many checks it
+    if (timeout is not None and kind is not float and kind is not int
+            and (kind is bool or not isinstance(timeout, numbers.Real))):
         raise TypeError(f"{what}: timeout must be a number of seconds >= 0 (or None: no "
                         f"limit), not {timeout!r}")
     if timeout is not None and not timeout >= 0:
@@ -103,7 +104,7 @@ def check_count(n: int, what: str, name: str) -> int:
     """Return ``n`` if it is a whole number >= 0; else raise TypeError for another kind (a
     string failed with Python's ``'<' not supported``, and ``wait_for_receivers(1.5)``
     waited its whole timeout for "1.5 receivers") or ValueError for a negative one."""
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+    if type(n) is not int and (isinstance(n, bool) or not isinstance(n, numbers.Integral)):
         raise TypeError(f"{what}: {name} must be a whole number >= 0, not {n!r}")
     if n < 0:
         raise ValueError(f"{what}: {name} must be >= 0, not {n}")
