@@ -618,3 +618,92 @@ def test_a_config_or_options_of_another_class_is_refused_by_name() -> None:
         with pytest.raises(TypeError) as err:
             make()
         assert says in str(err.value), err.value
+
+
+def test_no_sender_or_receiver_can_be_pickled_and_a_refused_one_still_works() -> None:
+    """A Spark job that made a Sender on the driver and used it in ``foreachPartition``'s
+    function failed with pyzmq's ``self.handle cannot be converted to a Python object for
+    pickling``, naming neither the Sender nor where to make it. Every live class now
+    refuses pickle, cloudpickle and ``copy`` by name, and the refusal touches nothing:
+    the stream goes on, whole."""
+    import copy
+    import pickle
+
+    from pyspark import cloudpickle
+
+    says = (r"^a nakflow (Async)?(Sender|Receiver) cannot be pickled or copied: it owns this "
+            r"process's ZeroMQ sockets and threads\. Create it where it is used: in a Spark "
+            r"job, inside the task's function \(foreachPartition\)")
+
+    def refused(obj: object) -> None:
+        for dump in (pickle.dumps, cloudpickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match=says) as err:
+                dump(obj)  # type: ignore[operator]
+            assert type(obj).__name__ in str(err.value)
+
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as rx:
+        with Sender(rx.data_endpoints, rx.feedback_endpoints) as tx:
+            assert tx.wait_for_receivers(1, timeout=10) == 1
+            tx.send(b"before")
+            refused(tx)
+            refused(rx)
+            tx.send(b"after")
+        got = [m.payload for m in rx.messages(senders=1, timeout=30)]
+    assert got == [b"before", b"after"]
+
+    async def main() -> list[bytes]:
+        async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as arx:
+            async with AsyncSender(arx.data_endpoints, arx.feedback_endpoints) as atx:
+                assert await atx.wait_for_receivers(1, timeout=10) == 1
+                refused(atx)
+                refused(arx)
+                await atx.send(b"async")
+            return [m.payload async for m in arx.messages(senders=1, timeout=30)]
+
+    assert asyncio.run(main()) == [b"async"]
+
+
+def test_a_context_of_the_wrong_kind_is_refused_by_name_and_a_wrapped_one_works() -> None:
+    """A threaded Receiver given a ``zmq.asyncio.Context`` started, and its I/O thread died
+    ("There is no current event loop"); a threaded Sender failed at close with ``object
+    of type '_asyncio.Future' has no len()``; a string failed with ``'str' object has no
+    attribute 'socket'``. Each is a TypeError naming what was expected; an asyncio class
+    given a plain context is told to wrap it, and the wrapped one carries the stream."""
+    import zmq
+    import zmq.asyncio
+
+    from nakflow import AsyncReceiver, AsyncSender, Receiver, Sender
+
+    ends = ("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    plain, aio = zmq.Context(), zmq.asyncio.Context()
+    try:
+        for make, says in (
+                (lambda: Sender(*ends, context="ctx"),
+                 "context must be a zmq.Context (or None), not str"),
+                (lambda: Receiver(*ends, context=aio),
+                 "context must be a zmq.Context (or None), not zmq.asyncio.Context (its "
+                 "sockets are asyncio's: use AsyncSender or AsyncReceiver, or a zmq.Context)"),
+                (lambda: Sender(*ends, context=aio), "not zmq.asyncio.Context"),
+                (lambda: AsyncSender(*ends, context=plain),
+                 "context must be a zmq.asyncio.Context (or None), not zmq.Context "
+                 "(zmq.asyncio.Context(ctx) wraps one: the same I/O threads)"),
+                (lambda: AsyncReceiver(*ends, context=5),
+                 "context must be a zmq.asyncio.Context (or None), not int")):
+            with pytest.raises(TypeError) as err:
+                make()
+            assert says in str(err.value), err.value
+
+        async def main() -> list[bytes]:
+            wrapped = zmq.asyncio.Context(plain)
+            async with AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
+                                     context=wrapped) as rx:
+                async with AsyncSender(rx.data_endpoints, rx.feedback_endpoints,
+                                       context=wrapped) as tx:
+                    assert await tx.wait_for_receivers(1, timeout=10) == 1
+                    await tx.send(b"wrapped")
+                return [m.payload async for m in rx.messages(senders=1, timeout=30)]
+
+        assert asyncio.run(main()) == [b"wrapped"]
+    finally:
+        aio.term()
+        plain.term()

@@ -23,12 +23,13 @@ from ..wire import SenderKey
 from .async_common import IDLE_POLL_S, in_its_loop, no_curve, shadow
 from .delivery_queue import DeliveryQueue, check_take
 from .lateness import Lateness
-from .lifetime import check_senders, closed_before_done, track
+from .lifetime import check_context, check_senders, closed_before_done, not_picklable, track
 
 
 class AsyncReceiver:
     """The asyncio twin of ``nakflow.Receiver``: ``async for msg in rx.messages()``,
-    ``get_many``. Its I/O runs as a task of the running loop (``async with`` or ``start``).
+    ``get_many``. Its I/O runs as a task of the running loop (``async with`` or ``start``);
+    its ``context`` a ``zmq.asyncio.Context``.
     """
 
     def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
@@ -37,6 +38,7 @@ class AsyncReceiver:
                  context: zmq.asyncio.Context | None = None,
                  on_event: Callable[[Event], object] | None = None, **overrides: Any) -> None:
         check_callable(on_event, "on_event")
+        check_context(context, aio=True)
         no_curve(options)
         cfg = with_overrides(config, ReceiverConfig, overrides).named(f"r-{uuid.uuid4().hex[:12]}")
         t0 = time.monotonic()
@@ -66,6 +68,7 @@ class AsyncReceiver:
         with contextlib.suppress(RuntimeError):  # no running loop: ``async with``, a get
             self.start()
 
+    __reduce_ex__ = not_picklable  # sockets and a task: docs/spark.md
     receiver_id = property(lambda self: self.core.receiver_id)
 
     def start(self) -> None:

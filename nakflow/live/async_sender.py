@@ -34,13 +34,14 @@ from ..errors import LocalProtocolError
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
 from .async_common import IDLE_POLL_S, LoopTimer, in_its_loop, no_curve, shadow
-from .lifetime import close_at_exit, track
+from .lifetime import check_context, close_at_exit, not_picklable, track
 
 log = logging.getLogger("nakflow.live.async_sender")
 
 
 class AsyncSender:
-    """The asyncio twin of ``nakflow.Sender``: same arguments and config (no CURVE)."""
+    """The asyncio twin of ``nakflow.Sender``: same arguments and config (no CURVE); its
+    ``context`` a ``zmq.asyncio.Context``."""
 
     def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
                  config: SenderConfig | None = None, *, options: SocketOptions | None = None,
@@ -48,6 +49,7 @@ class AsyncSender:
                  on_event: Callable[[Event], object] | None = None,
                  feedback_proxy: bool = False, **overrides: Any) -> None:
         check_callable(on_event, "on_event")
+        check_context(context, aio=True)
         no_curve(options)
         cfg = with_overrides(config, SenderConfig, overrides).named(
             f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
@@ -74,6 +76,7 @@ class AsyncSender:
         close_at_exit(self)  # aborted at interpreter exit unless closed
         track(self, ("send", "try_send", "send_batch", "wait_for_receivers", "flush"))
 
+    __reduce_ex__ = not_picklable  # sockets and threads: docs/spark.md
     mode = property(lambda self: self.core.mode)
     sender_id = property(lambda self: self.core.sender_id)
     sent = seq = property(lambda self: self.core.sent)

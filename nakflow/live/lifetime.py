@@ -22,6 +22,11 @@ not (terminating it would wait for them for ever). The term runs in a thread giv
 a socket pyzmq does not list (made by ``zmq.Socket(ctx, ...)``) could still hold it, and
 the exit must not hang. A sender whose send waits in another thread holds its lock: it is
 left as it is after 1 s, with a warning.
+
+**Pickle.** None of them can be pickled or copied (``not_picklable``): a Spark job that
+made a ``Sender`` on the driver and used it in ``foreachPartition``'s function failed with
+pyzmq's ``self.handle cannot be converted to a Python object for pickling``, which named
+neither the object nor the way out.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
+
+import zmq
+import zmq.asyncio
 
 from ..config import check_count, check_timeout
 from ..errors import LocalProtocolError
@@ -80,8 +88,55 @@ def check_senders(senders: int, timeout: float | None) -> None:
     check_timeout(timeout, "messages")
 
 
+def not_picklable(self: Any, protocol: object = None) -> Any:
+    """``__reduce_ex__`` of every live class: a TypeError that says what cannot travel
+    and where to make it instead (pickle, cloudpickle, ``copy`` all ask this first)."""
+    kind = _kind(type(self))
+    raise TypeError(
+        f"a nakflow {kind} cannot be pickled or copied: it owns this process's ZeroMQ "
+        f"sockets and threads. Create it where it is used: in a Spark job, inside the "
+        f"task's function (foreachPartition), or let df.write.format('nakflow') make one "
+        f"per task (docs/spark.md)")
+
+
+def check_context(context: object, *, aio: bool) -> None:
+    """A ``context=`` of the kind the class's sockets need, or None: a TypeError naming it
+    otherwise. A threaded class given a ``zmq.asyncio.Context`` made sockets whose every
+    receive returned a future (its I/O thread died: "There is no current event loop"; a
+    sender failed at close); a string failed with ``'str' object has no attribute
+    'socket'``. An asyncio class given a plain ``zmq.Context`` is told how to wrap it."""
+    if context is None:
+        return
+    if aio:
+        if isinstance(context, zmq.asyncio.Context):
+            return
+        hint = (" (zmq.asyncio.Context(ctx) wraps one: the same I/O threads)"
+                if isinstance(context, zmq.Context) else "")
+        raise TypeError(f"context must be a zmq.asyncio.Context (or None), not "
+                        f"{_qualname(context)}{hint}")
+    if isinstance(context, zmq.Context) and not isinstance(context, zmq.asyncio.Context):
+        return
+    hint = (" (its sockets are asyncio's: use AsyncSender or AsyncReceiver, or a "
+            "zmq.Context)" if isinstance(context, zmq.asyncio.Context) else "")
+    raise TypeError(f"context must be a zmq.Context (or None), not {_qualname(context)}{hint}")
+
+
+def _qualname(obj: object) -> str:
+    if isinstance(obj, zmq.asyncio.Context):
+        return "zmq.asyncio.Context"
+    if isinstance(obj, zmq.Context):
+        return "zmq.Context"
+    cls = type(obj)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
+
+
+def _kind(cls: type) -> str:
+    """The public class's name (a forked child's object is of a subclass)."""
+    return cls.__mro__[1].__name__ if cls.__name__.startswith("Forked") else cls.__name__
+
+
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
-    kind = type(self).__mro__[1].__name__
+    kind = _kind(type(self))
     name = getattr(self, "sender_id", None) or getattr(self, "receiver_id", "")
     threads = "" if _is_async(type(self)) else f" and the {kind.lower()}'s threads"
     raise LocalProtocolError(

@@ -27,7 +27,7 @@ from ..events import Event
 from ..wire import SenderKey
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness
-from .lifetime import check_senders, closed_before_done, track
+from .lifetime import check_context, check_senders, closed_before_done, not_picklable, track
 
 __all__ = ["OVERFLOW_POLICIES", "Message", "Receiver"]
 
@@ -50,12 +50,14 @@ class Receiver:
             raises is logged with the message's sender, epoch and seq and counted
             (``handler_errors``, a problem in ``receiver_verdict``); the thread goes on
             with the next message, and the one it raised on counts as delivered.
-        options, context: socket options (CURVE, high-water marks) and ZeroMQ context.
+        options, context: socket options (CURVE, high-water marks) and a ``zmq.Context``
+            (not an asyncio one).
         on_event: called with each ``nakflow.events.Event`` (on the I/O thread).
 
     Raises:
-        ConfigError, TypeError (an unknown keyword argument), transports.EndpointError (an
-        endpoint named twice, a malformed one), zmq.ZMQError (e.g. an address in use).
+        ConfigError, TypeError (an unknown keyword argument, an argument of the wrong
+        kind), transports.EndpointError (an endpoint named twice, a malformed one),
+        zmq.ZMQError (e.g. an address in use).
     """
 
     def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
@@ -66,6 +68,7 @@ class Receiver:
                  on_event: Callable[[Event], object] | None = None, **overrides: Any) -> None:
         check_callable(handler, "handler")
         check_callable(on_event, "on_event")
+        check_context(context, aio=False)
         cfg = with_overrides(config, ReceiverConfig, overrides).named(f"r-{uuid.uuid4().hex[:12]}")
         t0 = time.monotonic()
         self._wall_offset = time.time() - t0
@@ -98,6 +101,7 @@ class Receiver:
                                               name="nakflow-rx-handler", daemon=True)
             self._consumer.start()
 
+    __reduce_ex__ = not_picklable  # sockets and threads: docs/spark.md
     mode = property(lambda self: self.core.mode)
     stream = property(lambda self: self.core.stream)
     receiver_id = property(lambda self: self.core.receiver_id)

@@ -38,7 +38,7 @@ from ..config import SenderConfig, check_callable, check_timeout, with_overrides
 from ..core.sender_core import SenderCore
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
-from .lifetime import close_at_exit, track
+from .lifetime import check_context, close_at_exit, not_picklable, track
 
 log = logging.getLogger("nakflow.live.sender")
 FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
@@ -61,7 +61,7 @@ class Sender:
         config: a ``SenderConfig``; keyword arguments named like its fields (``mode``,
             ``stream``, ``nak``, ``linger_s``, ...) override it.
         options: socket options (``transports.SocketOptions``: CURVE, high-water marks).
-        context: a ZeroMQ context (default: the process's).
+        context: a ``zmq.Context`` (default: the process's); not an asyncio one.
         on_event: called with each ``nakflow.events.Event`` (a receiver joined or left,
             repairs beyond the history, a peer in another mode), in the sending thread.
         feedback_proxy: the feedback endpoints are a proxy's that forwards every
@@ -72,6 +72,8 @@ class Sender:
     Raises:
         ConfigError, transports.EndpointError: bad arguments (endpoint lists that do not
             pair, an endpoint named twice).
+        TypeError: an argument of the wrong kind (a ``config``, ``options``, ``context``
+            or ``on_event`` of another kind).
     """
 
     def __init__(self, data: str | Sequence[str], feedback: str | Sequence[str],
@@ -80,6 +82,7 @@ class Sender:
                  on_event: Callable[[Event], object] | None = None,
                  feedback_proxy: bool = False, **overrides: Any) -> None:
         check_callable(on_event, "on_event")
+        check_context(context, aio=False)
         cfg = with_overrides(config, SenderConfig, overrides)
         t0 = time.monotonic()
         cfg = cfg.named(f"s-{uuid.uuid4().hex[:12]}", int(time.time() * 1000))
@@ -113,6 +116,7 @@ class Sender:
         close_at_exit(self)
         track(self, ("send", "try_send", "send_batch", "flush", "poll", "wait_for_receivers"))
 
+    __reduce_ex__ = not_picklable  # sockets and threads: docs/spark.md
     mode = property(lambda self: self.core.mode)
     stream = property(lambda self: self.core.stream)
     sender_id = property(lambda self: self.core.sender_id)
