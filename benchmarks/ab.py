@@ -154,6 +154,7 @@ def summary(rounds: list[dict[str, dict[str, Any]]], arms: Sequence[str]) -> dic
         out["arms"][arm] = {
             "median_rate": round(statistics.median(row["rate"] for row in rows)),
             "at_most_one_cut": sum(row["cuts"] <= 1 for row in rows),
+            "median_p99_ms": round(statistics.median(row.get("p99_ms", 0.0) for row in rows)),
             "missing": sum(row["missing"] for row in rows), "starts": ends}
     ratios = [r["head"]["rate"] / r["base"]["rate"] for r in rounds]
     ci = bootstrap(ratios)
@@ -234,7 +235,8 @@ def compare(args: argparse.Namespace, head: str, base: str) -> int:
         print(f"round {i + 1}/{args.rounds} ({','.join(order)}): head/base "
               f"{res['head']['rate'] / res['base']['rate']:.3f}  " + "  ".join(
                   f"{arm} {res[arm]['rate']:,.0f} [{res[arm]['start']}, cuts "
-                  f"{res[arm]['cuts']}, missing {res[arm]['missing']}]" for arm in names),
+                  f"{res[arm]['cuts']}, p99 {res[arm].get('p99_ms', 0):.0f} ms, missing "
+                  f"{res[arm]['missing']}]" for arm in names),
               flush=True)
     result = summary(rounds, names)
     hb = result["head_over_base"]
@@ -244,7 +246,8 @@ def compare(args: argparse.Namespace, head: str, base: str) -> int:
           f"over {len(rounds)} rounds")
     for arm in names:
         a = result["arms"][arm]
-        print(f"{arm}: median {a['median_rate']:,} msgs/s, at most one cut in "
+        print(f"{arm}: median {a['median_rate']:,} msgs/s, p99 {a['median_p99_ms']} ms, "
+              f"at most one cut in "
               f"{a['at_most_one_cut']} of {len(rounds)}, missing {a['missing']}, starts "
               + ", ".join(f"{k} {v}" for k, v in sorted(a["starts"].items())))
     if args.ack:

@@ -513,7 +513,10 @@ def w8_run(mode: str, n: int, size: int) -> tuple[float, float, dict[str, Any]]:
         "tx_cpu_us": round(s["process_cpu_s"] / n * 1e6, 2),
         **{k: "/".join(str(feedback_phases(r)[k]) for r in rs)
            for k in ("fb_start", "fb_after", "flow_start", "flow_after")},
-        "missing": sum(n - r["delivered"] for r in rs)}
+        "missing": sum(n - r["delivered"] for r in rs),
+        # what the receivers' queues and socket buffers held a message, at the worst one:
+        # what a cut on the path's delay buys (W8's receivers take as fast as their CPU)
+        "p99_ms": max((r["latency_ms"]["p99"] or 0.0) for r in rs)}
 
 
 #: W8's ``sent_0.1s``: what the sender sent this long after its first DATA frame, s (the

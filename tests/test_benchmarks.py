@@ -77,6 +77,7 @@ def test_benchmark_suite_smoke(tmp_path):
         assert re.fullmatch(r"(\w+ \d+\.\d\ds|open \(\d+ rounds\))", nak["start"]), nak
         assert ack["start"] == "-" and nak["tx_cpu_us"] > 0
         assert all(0 < r["sent_0.1s"] <= r["count"] for r in (ack, nak))  # the start's cost
+        assert all(r["p99_ms"] > 0 for r in (ack, nak))  # sampled at every receiver
     assert all(r["missing"] == 0 for r in results["W7"] if r["peer"] != "nakflow none")
     w2 = {r["peer"]: r for r in results["W2"]}
     for peer in ("zmq NODROP", "nakflow ack"):  # lossless by construction
@@ -126,6 +127,7 @@ def test_ab_runs_two_arms_interleaved_and_says_what_it_measured(tmp_path):
     assert summary["head_over_base"]["ci95"] is None  # one round gives no interval
     (row,) = res["rounds"]
     assert row["head"]["rate"] > 0 and row["base"]["rate"] > 0
+    assert row["head"]["p99_ms"] > 0 and summary["arms"]["head"]["median_p99_ms"] >= 0
     assert "head/base: median" in run.stdout and "no interval" in run.stdout
 
 
