@@ -409,7 +409,7 @@ def test_simulate_interrupted_exits_130():
 
 
 def test_the_help_of_each_command_states_its_exit_codes():
-    for command in ("send", "receive", "eval", "simulate"):
+    for command in ("send", "receive", "eval", "simulate", "speedups"):
         out = subprocess.run([sys.executable, "-m", "nakflow", command, "--help"],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and "exit status:" in out.stdout, command

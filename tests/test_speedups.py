@@ -147,3 +147,51 @@ def test_a_stale_twin_is_not_used(tmp_path):
     assert modes["core.gaps"].startswith("pure (stale"), modes
     assert modes["wire.codec"] == "compiled"
     assert "older than its source" in r.stderr
+
+
+@pytest.mark.skipif(not can_build, reason="no C compiler or no Cython: pure Python only")
+def test_nakflow_speedups_compiles_where_nakflow_is_imported_from(tmp_path):
+    """``nakflow speedups`` builds next to the nakflow its Python imports, not into a
+    checkout: a copy installed by ``pip install`` stayed pure Python, and its status said
+    to run a script the installed copy does not have. Here a copy of the package, one
+    module edited since its twin was built: the command compiles that one, a fresh
+    interpreter runs all compiled; ``--clean`` leaves them all pure and ``--check`` says
+    so (exit 1), naming the command that builds them."""
+    if _speedups.status()["core.gaps"] != "compiled":
+        pytest.skip("no compiled modules here")
+    pkg = tmp_path / "nakflow"
+    shutil.copytree(ROOT / "nakflow", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(pkg / "core" / "gaps.py", "a") as f:
+        f.write("\n# an edit after the build\n")
+    # the twin of a module that left HOT (the sender's core did, 2026-12-07)
+    (twin,) = (pkg / "core").glob("seqtrack_c.*.so")
+    orphan = twin.with_name(twin.name.replace("seqtrack_c", "sender_core_c"))
+    shutil.copy2(twin, orphan)
+    env = {k: v for k, v in os.environ.items() if k != _speedups.ENV}
+    env["PYTHONPATH"] = str(tmp_path)
+
+    def speedups(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "nakflow", "speedups", *args],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=250)
+
+    built = speedups()
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert f"[speedups] compiling 1 modules with Cython into {pkg} ..." in built.stdout
+    assert (f"[speedups] removed {orphan.name}: its module is no longer compiled"
+            in built.stdout) and not orphan.exists()
+    n = len(_speedups.HOT)
+    assert f"[speedups] {n} of {n} hot modules run compiled ({pkg})" in built.stdout
+    assert len(list((pkg / "core").glob("gaps_c.*.so"))) == 1
+    assert (ROOT / "nakflow" / "core" / "gaps.py").read_text() != (
+        pkg / "core" / "gaps.py").read_text()  # the checkout's twin was not touched
+    assert _speedups.status()["core.gaps"] == "compiled"
+
+    gone = speedups("--clean")
+    assert gone.returncode == 0 and f"removed {n} compiled modules" in gone.stdout, gone.stdout
+    check = speedups("--check")
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "[speedups] core.gaps: pure (not compiled: run 'nakflow speedups')" in check.stdout
+    assert f"0 of {n} hot modules run compiled ({pkg})" in check.stdout
+    both = speedups("--check", "--clean")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr

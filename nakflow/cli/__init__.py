@@ -29,6 +29,7 @@ from ..config import FRAME_MSGS, LINGER_S, MODES, NakConfig, check_levels
 from ..errors import ConfigError, IncompleteDelivery, NakflowError, PeerMismatch
 from ..live.sinks import SINK_HELP
 from ..wire import DEFAULT_MAX_FRAME_BYTES
+from . import speedups
 from .commands import (
     EXIT_INCOMPLETE,
     Interrupted,
@@ -384,6 +385,7 @@ def _other_parsers(sub: Any) -> None:
                    help="each receiver's queue bound")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=cmd_demo)
+    speedups.register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

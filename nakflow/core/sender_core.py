@@ -621,7 +621,3 @@ def sender_snapshot(core: SenderCore, now: float) -> dict[str, Any]:
         "timeline": core.timeline.as_dict(t0=core._t0),
     }
 
-
-from .._speedups import use_compiled  # noqa: E402
-
-use_compiled(globals())

@@ -369,7 +369,3 @@ class Sender:
         metrics scrape never waits for a sender blocked on credit."""
         return self.core.snapshot(time.monotonic())
 
-
-from .._speedups import use_compiled  # noqa: E402
-
-use_compiled(globals())
