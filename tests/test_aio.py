@@ -707,3 +707,73 @@ def test_a_context_of_the_wrong_kind_is_refused_by_name_and_a_wrapped_one_works(
     finally:
         aio.term()
         plain.term()
+
+
+def test_a_wait_cancelled_just_as_it_is_woken_is_cancelled() -> None:
+    """An AsyncSender's send and an AsyncReceiver's get waited on an ``asyncio.Event``
+    under ``asyncio.wait_for``, which on Python 3.11 returns normally when the cancellation
+    comes after the event was set but before the waiter resumed (CPython gh-86296): a
+    ``send_batch`` that ``asyncio.wait_for`` cancelled as feedback came went on waiting
+    for credit that never came, and the caller waited for it for ever (the pure-Python
+    core run hung past its guard in the suite). Every interleaving of a wake-up and a
+    cancellation, a turn of the loop apart: an accepted cancellation always raises."""
+    from nakflow.live.async_common import Wakeup
+
+    async def main() -> list[str]:
+        seen = []
+        for turns in range(6):
+            wake = Wakeup()
+            waiter = asyncio.ensure_future(wake.wait(10.0))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # it waits
+            wake.set()
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            accepted = waiter.cancel()
+            try:
+                woke = await waiter
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+            else:
+                assert not accepted and woke is True, turns  # done before the cancel came
+                seen.append("woke")
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen[0] == "cancelled" and seen[-1] == "woke", seen  # both orders were reached
+
+
+def test_a_send_batch_cancelled_as_its_timer_fires_stops() -> None:
+    """The end-to-end case: an ack receiver nobody reads grants its room and no more, and
+    a ``send_batch`` past it waits for credit. Cancelled by a callback at the very moment
+    of the sender's own timer (its core's next deadline, ``sender.core.get_timer()``),
+    the cancellation came just after the timer woke the wait: with ``wait_for`` every one
+    of 20 was lost and the task waited on for ever. Now each stops at once, saying how
+    many went."""
+    async def main() -> list[int]:
+        arx = AsyncReceiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", mode="ack",
+                            capacity_msgs=50)
+        arx.start()
+        atx = AsyncSender(arx.data_endpoints, arx.feedback_endpoints, mode="ack")
+        loop, went = asyncio.get_running_loop(), []
+        try:
+            await atx.wait_for_receivers(1, timeout=10)
+            for _ in range(10):
+                task = asyncio.ensure_future(atx.send_batch([b"x"] * 100))
+                for _ in range(5):  # it runs until it waits for credit
+                    await asyncio.sleep(0)
+                at = atx.core.get_timer()
+                assert at is not None and not task.done()
+                loop.call_at(at, task.cancel)
+                done, _ = await asyncio.wait({task}, timeout=30)
+                assert task in done, "the cancellation was lost: the send waits on"
+                with pytest.raises(asyncio.CancelledError) as info:
+                    task.result()
+                went.append(info.value.sent)  # type: ignore[attr-defined]
+        finally:
+            await atx.abort()
+            await arx.close()
+        return went
+
+    went = asyncio.run(main())
+    assert len(went) == 10 and 0 < sum(went) <= 50, went  # never past the credit granted

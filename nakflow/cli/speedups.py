@@ -185,8 +185,11 @@ def cmd_speedups(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("speedups", epilog=EXAMPLES,
+                       description="Compile nakflow's hot modules with Cython next to the "
+                                   "nakflow this Python imports\n(an installed copy too), "
+                                   "then say which run compiled.",
                        help="compile the hot modules with Cython where nakflow is installed "
-                            "(a receiver runs about 12 % fewer instructions a message)")
+                            "(a receiver runs about 12 %% fewer instructions a message)")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--check", action="store_true",
                       help="say which hot modules run compiled; build nothing")

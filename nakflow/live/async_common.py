@@ -1,8 +1,10 @@
-"""What both asyncio drivers share: plain (shadow) sockets, no CURVE, the loop timer."""
+"""What both asyncio drivers share: plain (shadow) sockets, no CURVE, the loop timer, and
+the wake-up their waits await."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -73,3 +75,61 @@ class LoopTimer:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+
+class Wakeup:
+    """A flag the I/O side sets (feedback handled, a message queued) and a send or a get
+    awaits with a timeout, without ever losing the waiter's cancellation.
+
+    It was an ``asyncio.Event`` awaited under ``asyncio.wait_for``, whose Python 3.11
+    implementation returns the inner result when the cancellation comes after the event
+    was set but before the waiter resumed (CPython gh-86296, fixed in 3.12 by
+    ``asyncio.timeout``; ``tests/test_aio.py`` shows the three interleavings): an
+    ``AsyncSender.send_batch`` cancelled by ``asyncio.wait_for`` as a receipt came went
+    on waiting for credit that never came, and the caller's ``wait_for`` waited for it for
+    ever (the pure-Python test run hung past its 250 s guard in the suite, 2026-12-07).
+    Here the waiter awaits a plain future: a cancellation that finds it already done is
+    thrown into the waiter at its next step all the same."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[bool]] = []
+
+    def set(self) -> None:
+        self._set = True
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(True)
+
+    def clear(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """True once set, False after ``timeout`` s (None or inf: no limit; <= 0: a look
+        after one turn of the loop). A cancellation always raises CancelledError."""
+        if self._set:
+            return True
+        if timeout is not None and timeout <= 0:
+            await asyncio.sleep(0)  # as before: a wait of 0 lets the loop turn once
+            return self._set
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append(fut)
+        timer = (None if timeout is None or math.isinf(timeout)
+                 else loop.call_later(timeout, _expire, fut))
+        try:
+            return await fut
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)

@@ -20,7 +20,7 @@ from ..config import ReceiverConfig, check_callable, with_overrides
 from ..core.receiver_core import Message, ReceiverCore
 from ..events import Event
 from ..wire import SenderKey
-from .async_common import IDLE_POLL_S, in_its_loop, no_curve, shadow
+from .async_common import IDLE_POLL_S, Wakeup, in_its_loop, no_curve, shadow
 from .delivery_queue import DeliveryQueue, check_take
 from .lateness import Lateness
 from .lifetime import check_context, check_senders, closed_before_done, not_picklable, track
@@ -56,7 +56,7 @@ class AsyncReceiver:
         self._hear = None if self._ahear is None else shadow(self._ahear)
         self._queue = DeliveryQueue(cfg.capacity_msgs, cfg.overflow, wake=lambda: None,
                                     wake_every=1)
-        self._arrived = asyncio.Event()  # bound to the loop on first wait
+        self._arrived = Wakeup()  # a message queued, or the queue finished
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the one it lives in
         self.error: BaseException | None = None
@@ -146,9 +146,7 @@ class AsyncReceiver:
             if self._queue.closed or self.error is not None:
                 return []
             self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), timeout)
-            except TimeoutError:
+            if not await self._arrived.wait(timeout):
                 return []
         msgs = self._queue.take(max_n, 0)
         self._step(time.monotonic())  # room freed: credit and fill go out now
@@ -200,8 +198,7 @@ class AsyncReceiver:
             if time.monotonic() >= end or self.error is not None:
                 return False
             self._arrived.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), min(0.1, end - time.monotonic()))
+            await self._arrived.wait(min(0.1, end - time.monotonic()))
         return True
 
     async def close(self) -> None:

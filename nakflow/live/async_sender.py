@@ -33,7 +33,7 @@ from ..core.sender_core import SenderCore
 from ..errors import LocalProtocolError
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
-from .async_common import IDLE_POLL_S, LoopTimer, in_its_loop, no_curve, shadow
+from .async_common import IDLE_POLL_S, LoopTimer, Wakeup, in_its_loop, no_curve, shadow
 from .lifetime import check_context, close_at_exit, not_picklable, track
 
 log = logging.getLogger("nakflow.live.async_sender")
@@ -69,7 +69,7 @@ class AsyncSender:
         self._pub, self._sub = shadow(self._apub), shadow(self._asub)
         self._watch = DisconnectWatch(self._apub) if self.core.watches_connections else None
         self._timer = LoopTimer(self._on_timer)
-        self._progress = asyncio.Event()  # set whenever feedback or a timer was handled
+        self._progress = Wakeup()  # set whenever feedback or a timer was handled
         self._reader: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the one it lives in
         self._shut, self._pid = False, os.getpid()
@@ -270,8 +270,7 @@ class AsyncSender:
     async def _progressed(self, timeout_s: float) -> None:
         """Wait until feedback or a timer was handled, or ``timeout_s`` passed."""
         self._progress.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._progress.wait(), max(0.0, timeout_s))
+        await self._progress.wait(max(0.0, timeout_s))
 
     async def _wait(self, retry: Callable[[float], float], wait: float, now: float,
                     timeout: float | None) -> None:
