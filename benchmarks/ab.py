@@ -154,7 +154,7 @@ def summary(rounds: list[dict[str, dict[str, Any]]], arms: Sequence[str]) -> dic
         out["arms"][arm] = {
             "median_rate": round(statistics.median(row["rate"] for row in rows)),
             "at_most_one_cut": sum(row["cuts"] <= 1 for row in rows),
-            "median_p99_ms": round(statistics.median(row.get("p99_ms", 0.0) for row in rows)),
+            "median_p99_ms": round(statistics.median(row.get("p99_ms", 0.0) for row in rows), 1),
             "missing": sum(row["missing"] for row in rows), "starts": ends}
     ratios = [r["head"]["rate"] / r["base"]["rate"] for r in rounds]
     ci = bootstrap(ratios)

@@ -91,26 +91,25 @@ def status_of(pkg: pathlib.Path) -> dict[str, str]:
     return out
 
 
+def built(pkg: pathlib.Path) -> list[pathlib.Path]:
+    """Every twin in ``pkg``, of a module in ``HOT`` or not."""
+    return [p for p in pkg.rglob(f"*{TWIN_SUFFIX}.*") if p.suffix in (".so", ".pyd")]
+
+
 def clean(pkg: pathlib.Path) -> int:
     """Remove every twin; how many files went."""
-    gone = 0
-    for old in orphans(pkg):
-        old.unlink()
-        gone += 1
-    for name in HOT:
-        for p in twins(pkg, name):
-            os.remove(p)
-            gone += 1
-    return gone
+    twins_there = built(pkg)
+    for p in twins_there:
+        p.unlink()
+    return len(twins_there)
 
 
 def orphans(pkg: pathlib.Path) -> list[pathlib.Path]:
     """Twins of modules no longer in ``HOT`` (built before a module left it): never
     imported, only in the way."""
     hot = {name.replace(".", "/") for name in HOT}
-    return [p for p in pkg.rglob(f"*{TWIN_SUFFIX}.*")
-            if p.suffix in (".so", ".pyd")
-            and str(p.relative_to(pkg)).split(f"{TWIN_SUFFIX}.")[0] not in hot]
+    return [p for p in built(pkg)
+            if str(p.relative_to(pkg)).split(f"{TWIN_SUFFIX}.")[0] not in hot]
 
 
 def build(pkg: pathlib.Path, say: Callable[[str], object] = print) -> bool:
@@ -145,7 +144,7 @@ def build(pkg: pathlib.Path, say: Callable[[str], object] = print) -> bool:
                *sources]
         # -O2 -g0 (after Python's own -g -O3, so they win): the build takes half the time
         # (about 30 s instead of 55 s for the 17 modules here, and every fresh clone's
-        # `make test` builds them) and the twins run as fast (benchmarks/suite.py W1)
+        # `make test` builds them) and the twins ran as fast (benchmarks/suite.py W1)
         env = {**os.environ, "CFLAGS": os.environ.get("CFLAGS", "") + " -O2 -g0"}
         run = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
         if run.returncode != 0:
