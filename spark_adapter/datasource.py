@@ -41,6 +41,7 @@ from nakflow import ConfigError
 from nakflow.arrow import encode_batch
 
 from .config import WriterConfig
+from .serialize import check_sendable
 from .writer import TaskIdentity, current_task, send_payloads
 
 log = logging.getLogger("nakflow.spark")
@@ -198,6 +199,7 @@ class NakflowDataSource(DataSource):
         return WriterConfig.from_options(dict(self.options))
 
     def writer(self, schema: Any, overwrite: bool) -> NakflowArrowWriter:
+        check_sendable(schema)  # before any task: PySpark's own error was "KeyError: 21"
         return NakflowArrowWriter(self._config(overwrite).pinned())
 
     def schema(self) -> Any:
@@ -215,4 +217,5 @@ class NakflowDataSource(DataSource):
         raise ConfigError(READ_ONLY)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> NakflowStreamWriter:
+        check_sendable(schema)
         return NakflowStreamWriter(self._config(overwrite))

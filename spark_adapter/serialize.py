@@ -22,8 +22,12 @@ timestamp_ntz              ``str``, the wall time as given,  a string
 interval (day-time)        ``str``, an ISO 8601 duration:    a string
                            ``P1DT2H3M4.000005S``
 array, map, struct         ``list``, ``dict``, ``dict``      array, object, object
+variant                    ``str``, its JSON text            a string
 null (any type)            ``None``                          null
 =========================  ===============================  ===========================
+
+A year-month ``interval`` PySpark hands no task at all: ``check_sendable`` refuses it on
+the driver, naming the column.
 
 A ``timestamp`` is an instant: PySpark hands a task a naive datetime in the Python
 worker's own time zone (its ``TZ``), which this module turns back into the instant and
@@ -45,7 +49,10 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["duration", "instant", "msgpack_serializer", "row_to_msgpack", "wall_time"]
+from nakflow import ConfigError
+
+__all__ = ["check_sendable", "duration", "instant", "msgpack_serializer", "row_to_msgpack",
+           "unsendable", "wall_time"]
 
 Convert = Callable[[Any], Any]
 
@@ -88,6 +95,8 @@ def _plain(value: Any) -> Any:
         return bytes(value)
     if isinstance(value, (set, frozenset)):
         return list(value)
+    if type(value).__name__ == "VariantVal":  # a ``variant``: its JSON text, as to_json
+        return value.toJson()
     if hasattr(value, "asDict"):  # a nested Row
         return value.asDict(recursive=True)
     raise TypeError(f"cannot serialise {type(value).__name__}; pass serializer= to the config")
@@ -151,3 +160,49 @@ def msgpack_serializer(schema: Any) -> Callable[[Any], bytes]:
     def serialize(row: Any) -> bytes:
         return _pack(conv(row))
     return serialize
+
+
+#: Spark types that PySpark hands no Python task, row by row or as Arrow (Spark 4.x:
+#: ``[NOT_IMPLEMENTED] YearMonthIntervalType.fromInternal is not implemented`` in a row
+#: writer's task, ``KeyError: 21`` from pyarrow in the data source's), by their Spark
+#: names. ``unsendable`` finds them before a task starts.
+UNSENDABLE = {"YearMonthIntervalType", "CalendarIntervalType"}
+
+
+def unsendable(schema: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """(column, Spark type) of every column of ``schema`` (a ``StructType``), nested
+    fields, array elements and map keys and values too, whose values PySpark cannot hand a
+    Python task: a year-month ``interval`` and a ``CalendarIntervalType``."""
+    found: list[tuple[str, str]] = []
+    for f in getattr(schema, "fields", ()):
+        found += _unsendable_type(f.dataType, f"{prefix}{f.name}")
+    return found
+
+
+def _unsendable_type(dtype: Any, path: str) -> list[tuple[str, str]]:
+    name = type(dtype).__name__
+    if name in UNSENDABLE:
+        return [(path, dtype.simpleString())]
+    if name == "StructType":
+        return unsendable(dtype, f"{path}.")
+    if name == "ArrayType":
+        return _unsendable_type(dtype.elementType, f"{path}[]")
+    if name == "MapType":
+        return (_unsendable_type(dtype.keyType, f"{path}{{key}}")
+                + _unsendable_type(dtype.valueType, f"{path}{{value}}"))
+    return []
+
+
+def check_sendable(schema: Any) -> None:
+    """Raise ``ConfigError`` naming each column of ``schema`` that no Spark task could
+    send (``unsendable``), and what to send instead, before any task starts."""
+    bad = unsendable(schema)
+    if bad:
+        cols = ", ".join(f"{path!r} ({kind})" for path, kind in bad)
+        top = next(f.name for f in schema.fields if _unsendable_type(f.dataType, f.name))
+        raise ConfigError(
+            f"cannot send column{'s' if len(bad) > 1 else ''} {cols}: PySpark hands a "
+            "Python task no value of that type (its row and its Arrow conversions both "
+            "fail), so no nakflow writer can send it. Cast it to one a task takes first, "
+            f"e.g. df.withColumn({top!r}, df[{top!r}].cast('string')): a year-month "
+            "interval then arrives as text, INTERVAL '1-2' YEAR TO MONTH (docs/types.md)")

@@ -26,7 +26,7 @@ from nakflow.live.sender import Sender
 from nakflow.report import at_close_problems
 
 from .config import WriterConfig
-from .serialize import msgpack_serializer, row_to_msgpack
+from .serialize import check_sendable, msgpack_serializer, row_to_msgpack
 
 log = logging.getLogger("nakflow.spark")
 
@@ -208,8 +208,12 @@ def nakflow_writer(config: WriterConfig, *, metrics: Any = None, schema: Any = N
             adds its metrics row (Spark counts a task's update once, failed attempts never).
         schema: the DataFrame's schema (``df.schema``), for the default serializer: only
             with it are ``timestamp_ntz`` columns sent as wall times rather than instants
-            (``spark_adapter.serialize``; PySpark hands both over as naive datetimes).
+            (``spark_adapter.serialize``; PySpark hands both over as naive datetimes),
+            and a column of a type no task can be handed (a year-month ``interval``) is
+            a ``ConfigError`` here, on the driver, rather than in every task.
     """
+    if schema is not None:
+        check_sendable(schema)
     cfg = config.pinned()
 
     def write(rows: Iterable[Any]) -> None:
@@ -245,6 +249,8 @@ def send_and_collect(data: Any, config: WriterConfig) -> list[dict[str, Any]]:
     cfg = config.pinned()
     rdd = data.rdd if hasattr(data, "rdd") else data
     schema = getattr(data, "schema", None)
+    if schema is not None:
+        check_sendable(schema)
 
     def per_partition(rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
         yield _task_send(cfg, rows, schema)

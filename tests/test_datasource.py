@@ -120,6 +120,70 @@ def test_bad_options_fail_the_write_with_a_clear_error(spark):
             read()
 
 
+@on_local
+def test_a_column_no_task_can_be_handed_fails_the_write_on_the_driver_naming_it(spark):
+    """A year-month interval: PySpark hands a task no such value, and the write failed
+    in every task with pyarrow's ``KeyError: 21`` (the data source) or PySpark's
+    ``YearMonthIntervalType.fromInternal is not implemented`` (a row writer)."""
+    from nakflow import ConfigError
+    from spark_adapter import NakflowDataSource, WriterConfig, nakflow_writer
+
+    spark.dataSource.register(NakflowDataSource)
+    df = spark.sql("SELECT id, INTERVAL '1-2' YEAR TO MONTH AS span, "
+                   "named_struct('x', INTERVAL '3' MONTH) AS nested FROM range(3)")
+    mem = Collector()
+    try:
+        named = (r"cannot send columns 'span' \(interval year to month\), 'nested\.x' "
+                 r"\(interval month\): .*df\.withColumn\('span', df\['span'\]\.cast")
+        with pytest.raises(Exception, match=named):
+            (df.write.format("nakflow").mode("append").option("data", mem.rx.data_endpoints[0])
+             .option("feedback", mem.rx.feedback_endpoints[0]).option("stream", "ds").save())
+        cfg = WriterConfig(mem.rx.data_endpoints, mem.rx.feedback_endpoints, stream="ds")
+        with pytest.raises(ConfigError, match=named):
+            df.foreachPartition(nakflow_writer(cfg, schema=df.schema))
+        assert mem.rx.snapshot()["senders"] == []  # no task ever started a sender
+        # what the error says to do works: the interval arrives as text
+        cast = df.select("id", df["span"].cast("string").alias("span"))
+        (cast.write.format("nakflow").mode("append").option("data", mem.rx.data_endpoints[0])
+         .option("feedback", mem.rx.feedback_endpoints[0]).option("stream", "ds").save())
+        senders = cast.rdd.getNumPartitions()
+        mem.finish(ends=senders)
+    finally:
+        mem.rx.close()
+    rows = to_record_batch(mem.got).to_pylist()
+    assert sorted(r["id"] for r in rows) == [0, 1, 2]
+    assert {r["span"] for r in rows} == {"INTERVAL '1-2' YEAR TO MONTH"}
+
+
+@on_local
+def test_a_variant_arrives_as_its_json_text_by_row_and_as_its_binary_form_by_arrow(spark):
+    """A row writer's task failed on a ``variant`` (``cannot serialise VariantVal``);
+    the data source sends Spark's Arrow form of it, which ``VariantVal`` reads."""
+    import msgpack
+    from pyspark.sql.types import VariantVal
+
+    from spark_adapter import NakflowDataSource, WriterConfig, nakflow_writer
+
+    spark.dataSource.register(NakflowDataSource)
+    text = '{"a":1,"b":[1.5,"x",null],"c":{"d":true}}'
+    df = spark.sql(f"SELECT 7 AS id, parse_json('{text}') AS v")
+    by_row, by_arrow = Collector(), Collector()
+    try:
+        cfg = WriterConfig(by_row.rx.data_endpoints, by_row.rx.feedback_endpoints, stream="ds")
+        df.foreachPartition(nakflow_writer(cfg, schema=df.schema))
+        (df.write.format("nakflow").mode("append").option("data", by_arrow.rx.data_endpoints[0])
+         .option("feedback", by_arrow.rx.feedback_endpoints[0]).option("stream", "ds").save())
+        by_row.finish(ends=1)
+        by_arrow.finish(ends=1)
+    finally:
+        by_row.rx.close()
+        by_arrow.rx.close()
+    assert [msgpack.unpackb(m.payload) for m in by_row.got] == [{"id": 7, "v": text}]
+    (row,) = to_record_batch(by_arrow.got).to_pylist()
+    assert row["id"] == 7
+    assert VariantVal(row["v"]["value"], row["v"]["metadata"]).toJson() == text
+
+
 def _start_stream(args: list[str]) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     return subprocess.Popen([sys.executable, "tests/stream_job.py", *args], env=env,
