@@ -112,8 +112,29 @@ def row_to_msgpack(row: Any) -> bytes:
     value (see the module's table); an RDD's plain values (dicts, tuples, numbers,
     strings) are packed as they are. Every naive datetime is taken for a ``timestamp``."""
     if hasattr(row, "asDict"):
-        row = row.asDict(recursive=True)
+        d = row.asDict(recursive=True)
+        if len(d) < len(row):  # a name twice: the map would keep the last value of it
+            raise ValueError(_twice(_repeated(row.__fields__)))
+        row = d
     return _pack(row)
+
+
+def _repeated(names: Any, prefix: str = "") -> list[str]:
+    """Each name of ``names`` again, after ``prefix``, every time it comes again."""
+    seen: set[str] = set()
+    again = []
+    for name in names:
+        if name in seen:
+            again.append(f"{prefix}{name}")
+        seen.add(name)
+    return again
+
+
+def _twice(twice: list[str]) -> str:
+    return (f"columns named twice: {', '.join(repr(n) for n in dict.fromkeys(twice))}. A row "
+            "reaches its receivers by name (a map of name to value; Arrow refuses such a "
+            "struct), one value a name: the others would be lost. Rename them first, "
+            "e.g. df.toDF('a', 'a_2')")
 
 
 def _converter(dtype: Any) -> Convert | None:
@@ -153,6 +174,7 @@ def _converter(dtype: Any) -> Convert | None:
 def msgpack_serializer(schema: Any) -> Callable[[Any], bytes]:
     """The default serializer for rows of ``schema`` (a ``pyspark.sql.types.StructType``):
     as ``row_to_msgpack``, with ``timestamp_ntz`` fields kept as wall times."""
+    check_sendable(schema)
     conv = _converter(schema)
     if conv is None:
         return row_to_msgpack
@@ -179,6 +201,18 @@ def unsendable(schema: Any, prefix: str = "") -> list[tuple[str, str]]:
     return found
 
 
+def _named_twice(schema: Any, prefix: str = "") -> list[str]:
+    """Every field name of ``schema`` that a struct, nested or not, has twice (Spark
+    allows it: ``SELECT 1 AS a, 2 AS a``), with its path, each time it repeats."""
+    found = _repeated([f.name for f in getattr(schema, "fields", ())], prefix)
+    for f in getattr(schema, "fields", ()):
+        dtype = f.dataType
+        while type(dtype).__name__ in ("ArrayType", "MapType"):
+            dtype = getattr(dtype, "elementType", None) or dtype.valueType
+        found += _named_twice(dtype, f"{prefix}{f.name}.")
+    return found
+
+
 def _unsendable_type(dtype: Any, path: str) -> list[tuple[str, str]]:
     name = type(dtype).__name__
     if name in UNSENDABLE:
@@ -196,6 +230,9 @@ def _unsendable_type(dtype: Any, path: str) -> list[tuple[str, str]]:
 def check_sendable(schema: Any) -> None:
     """Raise ``ConfigError`` naming each column of ``schema`` that no Spark task could
     send (``unsendable``), and what to send instead, before any task starts."""
+    named = _named_twice(schema)
+    if named:
+        raise ConfigError(_twice(named))
     bad = unsendable(schema)
     if bad:
         cols = ", ".join(f"{path!r} ({kind})" for path, kind in bad)

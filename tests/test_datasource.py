@@ -156,6 +156,29 @@ def test_a_column_no_task_can_be_handed_fails_the_write_on_the_driver_naming_it(
 
 
 @on_local
+def test_columns_named_twice_are_refused_and_no_row_goes_short_of_a_value(spark):
+    """A row writer sent ``SELECT 1 AS a, 2 AS a`` as ``{'a': 2}``: a value lost unsaid."""
+    from nakflow import ConfigError
+    from spark_adapter import NakflowDataSource, WriterConfig, nakflow_writer
+
+    spark.dataSource.register(NakflowDataSource)
+    df = spark.sql("SELECT id AS a, id * 2 AS a FROM range(3)")
+    mem = Collector()
+    try:
+        cfg = WriterConfig(mem.rx.data_endpoints, mem.rx.feedback_endpoints, stream="ds")
+        with pytest.raises(ConfigError, match=r"columns named twice: 'a'\."):
+            df.foreachPartition(nakflow_writer(cfg, schema=df.schema))  # on the driver
+        with pytest.raises(Exception, match=r"columns named twice: 'a'\."):
+            (df.write.format("nakflow").mode("append").option("data", mem.rx.data_endpoints[0])
+             .option("feedback", mem.rx.feedback_endpoints[0]).option("stream", "ds").save())
+        with pytest.raises(Exception, match=r"columns named twice: 'a'\."):  # in the task
+            df.foreachPartition(nakflow_writer(cfg))
+    finally:
+        mem.rx.close()
+    assert mem.got == []
+
+
+@on_local
 def test_a_variant_arrives_as_its_json_text_by_row_and_as_its_binary_form_by_arrow(spark):
     """A row writer's task failed on a ``variant`` (``cannot serialise VariantVal``);
     the data source sends Spark's Arrow form of it, which ``VariantVal`` reads."""

@@ -149,3 +149,24 @@ def test_the_serializer_takes_a_naive_timestamp_for_local_time_and_ntz_by_the_sc
                    "walls": ["2026-01-02T03:04:05.000000", None]}
     # without the schema every naive datetime is an instant
     assert msgpack.unpackb(row_to_msgpack(row))["wall"] == expect
+
+
+def test_a_name_twice_is_refused_where_a_row_would_lose_a_value_by_it():
+    """Without Spark: ``SELECT 1 AS a, 2 AS a`` reached a receiver as ``{'a': 2}``."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import Row
+    from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+
+    from nakflow import ConfigError
+    from spark_adapter import msgpack_serializer, row_to_msgpack
+    from spark_adapter.serialize import check_sendable
+
+    with pytest.raises(ValueError, match=r"columns named twice: 'a'\. .*df\.toDF"):
+        row_to_msgpack(Row("a", "a")(1, 2))
+    inner = StructType([StructField("x", LongType()), StructField("x", StringType())])
+    schema = StructType([StructField("a", LongType()), StructField("a", LongType()),
+                         StructField("s", ArrayType(inner)), StructField("b", LongType())])
+    for check in (check_sendable, msgpack_serializer):
+        with pytest.raises(ConfigError, match=r"columns named twice: 'a', 's\.x'\."):
+            check(schema)
+    assert msgpack.unpackb(row_to_msgpack(Row(a=1, b=2))) == {"a": 1, "b": 2}
