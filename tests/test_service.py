@@ -209,6 +209,26 @@ def test_every_payload_becomes_a_line_binary_and_out_of_range_ones_too(tmp_path)
     assert [x["payload"] for x in lines[21:]] == ["héllo", {"id": 1}, ""]
 
 
+def test_a_payload_is_a_row_then_text_then_a_msgpack_scalar_then_base64():
+    """The JSON-line sink's reading of a payload, where msgpack and UTF-8 text overlap:
+    text wins over a msgpack scalar (``a`` is also 97), a map or array (a row) over text
+    (no UTF-8 text is one), and a scalar that is no text stays msgpack."""
+    from nakflow.core.receiver_core import Message
+    from nakflow.live.sinks import message_json
+
+    def payload(raw: bytes) -> object:
+        record = json.loads(message_json("s", Message("x", 1, 0, 0.0, raw)))
+        return record.get("payload", ("b64", record.get("payload_b64")))
+
+    greek = "\u03b1\u03b2a"  # alpha, beta, a: 5 bytes, a msgpack uint32
+    cases = [(b"a", "a"), ("Я".encode(), "Я"), (greek.encode(), greek), (b"{", "{"),
+             (msgpack.packb({"id": 1}), {"id": 1}), (msgpack.packb([1, "x"]), [1, "x"]),
+             (msgpack.packb("hello"), "hello"), (msgpack.packb(-5), -5),
+             (msgpack.packb(1.5), 1.5), (msgpack.packb(None), None), (b"", ""),
+             (b"\xff\x00", ("b64", "/wA="))]
+    assert [payload(raw) for raw, _ in cases] == [want for _, want in cases]
+
+
 def test_service_pipes_json_lines_into_a_command(tmp_path):
     out = tmp_path / "counted"
     command = f"{sys.executable} -c \"import sys; open({str(out)!r}, 'w').write(" \

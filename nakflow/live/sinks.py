@@ -7,11 +7,13 @@ credit) as with any slow application. Each message becomes one JSON line::
     {"stream": "orders", "sender": "s-1f…", "epoch": 1795…, "seq": 41, "ts": 1795….5,
      "payload": {"id": 41, …}}
 
-``payload`` is the msgpack-decoded value when the payload is msgpack (what the Spark
-writer sends), written the way Spark's ``to_json`` writes values (``json_value``: bytes
-as base64, NaN and the infinities as strings; docs/types.md has the table per Spark
-type); else the UTF-8 text; payloads that are neither come as ``payload_b64`` (base64)
-instead. A sink that fails (a full disk, a command that
+``payload`` is the msgpack-decoded value when the payload is a msgpack map or array
+(what the Spark writer sends: a row), written the way Spark's ``to_json`` writes values
+(``json_value``: bytes as base64, NaN and the infinities as strings; docs/types.md has
+the table per Spark type); else the UTF-8 text (``nakflow send --input``'s lines: a line
+``a`` is also msgpack, the number 97, and a Greek or Cyrillic word can be too); else a
+msgpack number, string or null; payloads that are none of these come as ``payload_b64``
+(base64) instead. A sink that fails (a full disk, a command that
 exited) raises SinkError; the caller stops and reports how many messages it could not
 hand over, so nothing is lost silently.
 """
@@ -19,6 +21,7 @@ hand over, so nothing is lost silently.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import subprocess
@@ -48,18 +51,29 @@ def message_json(stream: str, msg: Message) -> str:
     record: dict[str, Any] = {"stream": stream, "sender": msg.sender, "epoch": msg.epoch,
                               "seq": msg.seq, "ts": msg.ts}
     try:
-        record["payload"] = json_value(msgpack.unpackb(msg.payload, raw=False,
-                                                       strict_map_key=False))
-        return json.dumps(record, separators=(",", ":"), allow_nan=False)
-    except (ValueError, TypeError, OverflowError, msgpack.ExtraData, msgpack.FormatError,
-            msgpack.StackError):
-        pass  # not msgpack, or a value JSON has no form for (a date beyond year 9999)
-    try:
+        value = msgpack.unpackb(msg.payload, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        value = _NOT_MSGPACK
+    if type(value) is dict or type(value) is list:  # a row: no UTF-8 text is one of these
+        with contextlib.suppress(ValueError, TypeError, OverflowError):  # (a date past 9999)
+            record["payload"] = json_value(value)
+            return json.dumps(record, separators=(",", ":"), allow_nan=False)
+    try:  # text before a msgpack scalar: a line "a" is also the msgpack of 97, "Яb" of -81
         record["payload"] = bytes(msg.payload).decode("utf-8")
+        return json.dumps(record, separators=(",", ":"))
     except UnicodeDecodeError:
-        record.pop("payload", None)
-        record["payload_b64"] = base64.b64encode(msg.payload).decode("ascii")
+        pass
+    if value is not _NOT_MSGPACK and type(value) is not dict and type(value) is not list:
+        with contextlib.suppress(ValueError, TypeError, OverflowError):
+            record["payload"] = json_value(value)
+            return json.dumps(record, separators=(",", ":"), allow_nan=False)
+    record.pop("payload", None)
+    record["payload_b64"] = base64.b64encode(msg.payload).decode("ascii")
     return json.dumps(record, separators=(",", ":"))
+
+
+#: ``message_json``'s mark for a payload that is no msgpack
+_NOT_MSGPACK = object()
 
 
 class JsonLinesSink:
