@@ -111,6 +111,13 @@ BAD = [
       "--nak-levels", "50,200"), "argument --nak-levels: levels must lie in (0, 100]: '50,200'"),
     (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
       "--nak-levels", "50,,75"), "argument --nak-levels: not a list of whole percents"),
+    # nakflow send --input: the lines of a file or of stdin
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--input", "no-such-input.txt"), "--input no-such-input.txt: No such file or directory"),
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--input", "-", "--size", "5"), "--input sends the lines of its input: --size does not"),
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--input", "-", "--batch", "4"), "--input sends each line as it comes: --batch does not"),
     # said before it waits for receivers (nobody listens here): not after they answered
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--size", "20000000"), "--size 20,000,000: message of 20,000,000 bytes exceeds "
@@ -221,6 +228,44 @@ def test_verdicts_and_exit_status_of_a_clean_run() -> None:
     assert "nakflow receive: delivered 5,000 of 5,000 from 1 sender, 0 missing" in err
     report = json.loads(out)
     assert report["summary"].startswith("delivered 5,000 of 5,000") and report["problems"] == []
+
+
+def test_send_input_sends_each_line_as_it_is_and_the_sink_writes_it_back(tmp_path) -> None:
+    """``nakflow send --input``: every line one message, without its line end, exactly as
+    it was, to a receiver's JSON-line sink; stdin too, up to --count. The sink read a line
+    ``a`` as the msgpack of 97 and ``Я`` as -81 before text came first."""
+    lines = ["a", "Я", "\u03b1\u03b2a", "", "tab\there", "crlf", "{", "last, no newline"]
+    path = tmp_path / "in.txt"
+    path.write_bytes("\n".join(lines[:5]).encode() + b"\n" + b"crlf\r\n{\nlast, no newline")
+    out = tmp_path / "out.jsonl"
+    data, fb = endpoints()
+    rx = receiver(data, fb, "--senders", "2", "--sink", f"file:{out}")
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--input", str(path), "--json")
+    assert tx.returncode == 0, tx.stderr
+    report = json.loads(tx.stdout)
+    assert report["sent"] == len(lines) and report["input"] == {"file": str(path),
+                                                                "lines": len(lines)}
+    piped = subprocess.run(nakflow_cmd("send", "--data", data, "--feedback", fb, "--input", "-",
+                                       "--count", "2"),
+                           input="first\nsecond\nthird\n", capture_output=True, text=True,
+                           timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert "nakflow send: sent 2 msgs in" in piped.stderr
+    _, err = rx.communicate(timeout=60)
+    assert rx.returncode == 0, err
+    got: dict[str, list[str]] = {}
+    for line in out.read_text().splitlines():
+        record = json.loads(line)
+        got.setdefault(record["sender"], []).append(record["payload"])
+    assert sorted(got.values(), key=len) == [["first", "second"], lines]
+    # a line no frame holds: named by its number, after the lines before it went
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"one\ntwo\n" + b"x" * 5_000 + b"\nfour\n")
+    tx = nakflow("send", "--data", data, "--feedback", fb, "--input", str(big),
+                 "--wait-receivers", "0", "--max-frame-bytes", "4096")
+    assert tx.returncode == 2, tx.stderr
+    assert (f"nakflow send: error: --input {big}, line 3: message of 5,000 bytes exceeds "
+            "max_frame_bytes") in tx.stderr and "the 2 lines before it were sent" in tx.stderr
 
 
 def test_the_senders_listing_gives_its_rate_limit_to_a_tenth() -> None:

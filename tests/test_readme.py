@@ -106,6 +106,17 @@ def test_command_line_snippet(tmp_path) -> None:
     assert "nakflow send: sent 50,000 msgs" in out.stderr
 
 
+def test_command_line_lines_snippet(tmp_path) -> None:
+    out = run_snippet("cli-lines.sh", tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    report = json.loads((tmp_path / "receiver.json").read_text())
+    assert report["delivered"] == 2 and report["problems"] == []
+    lines = (tmp_path / "lines.jsonl").read_text().splitlines()
+    assert [json.loads(line)["payload"] for line in lines] == ["first line", "second line"]
+
+
 @pytest.mark.parametrize("name", ["curve.sh", "shared-key.sh"])
 def test_security_snippets_deliver_everything(tmp_path, name) -> None:
     """docs/security.md's commands as written: keys made, a receiver and a sender that

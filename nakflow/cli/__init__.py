@@ -167,6 +167,9 @@ examples:
   # over IP multicast: everybody uses the same two groups (interface by its address)
   nakflow send --data "epgm://10.0.0.5;239.192.1.1:5555" \\
       --feedback "epgm://10.0.0.5;239.192.1.2:5556" --duration 60
+  # every line of a program's output, one message each, as it comes, then END
+  grep ERROR app.log | nakflow send --data tcp://127.0.0.1:5600 \\
+      --feedback tcp://127.0.0.1:5601 --input -
 
 It waits for --wait-receivers receivers to answer, sends, ends the stream with END,
 waits for every receiver's receipt (the exact close), and prints a report and one line:
@@ -296,14 +299,20 @@ def _receive_parser(sub: Any) -> None:
 
 
 def _send_parser(sub: Any) -> None:
-    s = sub.add_parser("send", help="send a stream of fixed-size messages",
+    s = sub.add_parser("send", help="send the lines of a file or of stdin (--input), or a "
+                                    "stream of fixed-size messages",
                        epilog=_epilog(SEND_EXAMPLES, "send"))
     _common(s)
     d = NakConfig()
+    s.add_argument("--input", default=None, metavar="FILE",
+                   help="send each line of FILE ('-': standard input) as one message, "
+                        "without its line end (\\n or \\r\\n), as it comes, until the "
+                        "input ends (default: --size messages of 'x')")
     s.add_argument("--count", type=_positive_int, default=None,
-                   help="messages to send (default: 10,000; with --duration: no limit)")
-    s.add_argument("--size", type=_positive_int, default=100, metavar="BYTES",
-                   help="payload size of each message")
+                   help="messages to send (default: 10,000; with --duration or --input: no "
+                        "limit; with --input: at most this many lines)")
+    s.add_argument("--size", type=_positive_int, default=None, metavar="BYTES",
+                   help="payload size of each message (default: 100; not with --input)")
     s.add_argument("--duration", type=_positive, default=None, metavar="S",
                    help="send for this long (default: until --count is sent)")
     s.add_argument("--max-rate", type=_rate, default=None, metavar="MSGS_PER_S",

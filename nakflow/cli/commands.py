@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..config import AckConfig, NakConfig, RepairConfig
 from ..errors import ConfigError, PeerMismatch
@@ -546,8 +546,10 @@ def cmd_send(args: argparse.Namespace) -> int:
         from transports import parse_endpoints, receivers_expected
 
         args.wait_receivers = receivers_expected(parse_endpoints(args.data))
-    payload = b"x" * args.size
-    count = args.count if args.count is not None else (None if args.duration else 10_000)
+    lines = _input_lines(args)  # before any socket: a FILE that cannot be read is exit 2
+    payload = b"x" * (100 if args.size is None else args.size)
+    count = (args.count if args.count is not None
+             else None if args.duration or lines is not None else 10_000)
     interrupted: str | None = None
     mismatch: PeerMismatch | None = None
     status_if_interrupted = 0
@@ -566,13 +568,16 @@ def cmd_send(args: argparse.Namespace) -> int:
         try:  # before the wait: a --size no frame can hold is a bad argument
             tx.core.batch.check(payload)
         except ValueError as exc:
-            raise ValueError(f"--size {args.size:,}: {exc}") from None
+            raise ValueError(f"--size {len(payload):,}: {exc}") from None
         if args.wait_receivers:
             _wait_for_receivers(tx, args)
         ready = tx.core.receivers_ready()
         say(f"nakflow send: {ready} receiver{'s' if ready != 1 else ''} ready; sending "
             f"({args.mode})")
-        _send_all(tx, args, payload, count)
+        if lines is None:
+            _send_all(tx, args, payload, count)
+        else:
+            _send_lines(tx, args, lines, count)
         tx.flush()
         ended = True
     except Interrupted as exc:
@@ -588,6 +593,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     finally:
         if not ended:
             tx.abort()
+        if lines is not None:
+            lines.close()
     if ended:
         try:
             tx.close()
@@ -602,6 +609,9 @@ def cmd_send(args: argparse.Namespace) -> int:
         emit(snap, args.json, keys=PLAIN_KEYS["send"])
         say(f"nakflow send: error: {mismatch}")
         return EXIT_INCOMPLETE
+    if lines is not None:  # the plan is the input's lines (up to --count), all of them sent
+        count = None
+        snap["input"] = {"file": args.input, "lines": lines.taken}
     verdict = sender_verdict(snap, planned=count, interrupted=interrupted, after_end=ended,
                              waited=bool(args.wait_receivers))
     snap["summary"] = verdict.line
@@ -644,6 +654,58 @@ def _send_all(tx: Any, args: argparse.Namespace, payload: bytes, count: int | No
         else:
             tx.send(payload, timeout)
             i += 1
+
+
+class InputLines:
+    """The lines of ``nakflow send --input`` as payloads, without their line ends; the
+    count taken so far (``taken``)."""
+
+    def __init__(self, name: str, stream: BinaryIO) -> None:
+        self.name, self._stream, self.taken = name, stream, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self._stream:
+            self.taken += 1
+            if line.endswith(b"\n"):
+                line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+            yield line
+
+    def close(self) -> None:
+        if self._stream is not sys.stdin.buffer:
+            self._stream.close()
+
+
+def _input_lines(args: argparse.Namespace) -> InputLines | None:
+    """``--input``'s lines, opened now: a file that cannot be read is a bad argument."""
+    if args.input is None:
+        return None
+    if args.size is not None:
+        raise ValueError("--input sends the lines of its input: --size does not apply")
+    if args.batch > 1:
+        raise ValueError("--input sends each line as it comes: --batch does not apply")
+    if args.input == "-":
+        return InputLines("-", sys.stdin.buffer)
+    try:
+        return InputLines(args.input, open(args.input, "rb"))  # closed by cmd_send
+    except OSError as exc:
+        raise ValueError(f"--input {args.input}: {exc.strerror or exc}") from None
+
+
+def _send_lines(tx: Any, args: argparse.Namespace, lines: InputLines,
+                count: int | None) -> None:
+    """Send each line as one message, at most ``count`` and until --duration; a line no
+    frame can hold is a bad input: what went before it went, no END (ValueError)."""
+    end = math.inf if args.duration is None else time.monotonic() + args.duration
+    timeout = args.send_timeout
+    for payload in lines:
+        try:
+            tx.send(payload, timeout)
+        except ValueError as exc:
+            raise ValueError(f"--input {lines.name}, line {lines.taken:,}: {exc}; the "
+                             f"{lines.taken - 1:,} lines before it were sent, and the "
+                             "stream ends without END") from None
+        if lines.taken == count or time.monotonic() >= end:
+            break
 
 
 # -- demo ----------------------------------------------------------------------------
