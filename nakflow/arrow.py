@@ -142,9 +142,11 @@ def record_batches(messages: Iterable[Message | bytes]) -> Iterator[pa.RecordBat
 def to_record_batch(messages: Sequence[Message | bytes],
                     schema: pa.Schema | None = None) -> pa.RecordBatch:
     """One ``pyarrow.RecordBatch`` of ``messages``: Arrow messages as they are, msgpack
-    rows (maps) converted with ``schema`` or, without it, pyarrow's inference. The batches
-    must share a schema; raises ArrowDecodeError for a payload that is neither, or that is
-    msgpack but not a map."""
+    rows (maps) converted with ``schema`` or, without it, pyarrow's inference over every
+    row's columns (a column only some rows have is null in the others). Batches of
+    different columns are joined the same way (a column of nulls takes the other's
+    type); raises ArrowDecodeError for a payload that is neither, that is msgpack but not
+    a map, or for columns of one name and two types."""
     pa = _pa()
     batches: list[Any] = []
     rows: list[Any] = []
@@ -152,9 +154,9 @@ def to_record_batch(messages: Sequence[Message | bytes],
     def flush_rows() -> None:
         if rows:
             try:
-                batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+                batch = _rows_batch(pa, rows, schema)
             except pa.ArrowTypeError:  # a map keyed by numbers, say (Spark's map<int,_>):
-                batch = pa.RecordBatch.from_pylist(string_keys(rows), schema=schema)
+                batch = _rows_batch(pa, string_keys(rows), schema)
             batches.append(batch)  # a struct's fields are named as JSON names its keys
             rows.clear()
 
@@ -177,5 +179,22 @@ def to_record_batch(messages: Sequence[Message | bytes],
         return pa.RecordBatch.from_pylist([], schema=schema or pa.schema([]))
     if len(batches) == 1:
         return batches[0]
-    table = pa.Table.from_batches(batches)
+    first = batches[0].schema
+    if all(b.schema.equals(first) for b in batches):
+        table = pa.Table.from_batches(batches)
+    else:  # messages of other columns (another job, a row missing some): joined by name
+        try:
+            table = pa.concat_tables([pa.Table.from_batches([b]) for b in batches],
+                                     promote_options="default")
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
+            raise ArrowDecodeError(f"the messages' columns do not fit one batch: {exc}; "
+                                   "read those of each schema in a call of its own") from None
     return table.combine_chunks().to_batches()[0]
+
+
+def _rows_batch(pa: Any, rows: list[Any], schema: Any) -> Any:
+    """msgpack rows as one batch: with ``schema`` its columns; without, every column any
+    row has (``RecordBatch.from_pylist`` took the first row's and dropped the rest's)."""
+    if schema is not None:
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+    return pa.RecordBatch.from_struct_array(pa.array(rows))

@@ -197,3 +197,29 @@ def test_empty_maps_at_any_depth_are_written_as_nulls(tmp_path):
         {"i": 0, "outer": {"x": 1, "inner": None}, "many": [None, None], "keep": [1, 2]},
         {"i": 1, "outer": None, "many": None, "keep": None},
         {"i": 2, "outer": {"x": 3, "inner": None}, "many": [], "keep": []}]
+
+
+def test_rows_of_other_columns_keep_every_column_in_a_batch_and_in_the_parquet_sink(tmp_path):
+    """msgpack rows with columns the first lacks (an RDD of dicts, two jobs' rows): a
+    batch took the first row's columns and dropped the rest's values without a word,
+    and the Parquet sink, which reads through it, wrote them short the same way."""
+    from nakflow.arrow import to_record_batch
+
+    rows = [{"id": 0}, {"id": 1, "extra": "x"}, {"only": 2.5}, {"id": 3, "extra": None}]
+    payloads = [msgpack.packb(r) for r in rows]
+    want = [{"id": r.get("id"), "extra": r.get("extra"), "only": r.get("only")} for r in rows]
+    assert to_record_batch(payloads).to_pylist() == want
+    # an Arrow message between them, of its own columns: joined by name
+    arrow = encode_batch(pa.record_batch({"id": pa.array([9], pa.int64()),
+                                          "name": pa.array(["n"])}))
+    both = to_record_batch([payloads[0], arrow, payloads[1]]).to_pylist()
+    assert both == [{"id": 0, "name": None, "extra": None}, {"id": 9, "name": "n", "extra": None},
+                    {"id": 1, "name": None, "extra": "x"}]
+    with pytest.raises(ArrowDecodeError, match="Field id has incompatible types: int64 vs "
+                       "string; read those of each schema in a call of its own"):
+        to_record_batch([arrow, msgpack.packb({"id": "nine"})])
+    sink = ParquetSink(str(tmp_path))
+    sink.write([Message("s", 0, i, 0.0, p) for i, p in enumerate(payloads)])
+    sink.close()
+    assert (sink.written, sink.rejected) == (4, 0)
+    assert [row for f in sink.files for row in pq.read_table(f).to_pylist()] == want
