@@ -34,7 +34,9 @@ def receiver(data: str, feedback: str, *extra: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()  # the ready line: it has bound
-    assert "nakflow receive: ready" in line, line + proc.communicate()[1]
+    if "nakflow receive: ready" not in line:  # a failure, not a wait for a receiver that
+        proc.kill()  # waits for its senders (a stale compiled module's warning came first)
+        raise AssertionError(line + proc.communicate()[1])
     return proc
 
 

@@ -143,6 +143,34 @@ def test_repair_makes_a_lossy_stream_whole(driver: str) -> None:
     run(driver, scenario, rx={"test_data_loss": 0.1}, tx={"frame_msgs": 16})
 
 
+def test_a_reused_buffer_sends_what_it_held_when_sent_and_repairs_it_so(driver: str) -> None:
+    """An application that refills one bytearray for each message (or sends a memoryview
+    of it): the frame being built and the history kept the buffer itself, so a message
+    left holding what the buffer held later (a probe: ``first``, ``SECND`` sent, ``first``,
+    ``third`` delivered), and a repair re-sent that."""
+    async def scenario(pair: Any) -> None:
+        buf = bytearray(8)
+        view = memoryview(buf)
+        want = []
+        for i in range(2_000):
+            buf[:] = b"%08d" % i
+            want.append(bytes(buf))
+            if i % 3 == 0:
+                await pair.send(buf)
+            elif i % 3 == 1:
+                await pair.send_batch([view])
+            elif not pair.try_send(view):
+                await pair.send(view)
+        buf[:] = b"-" * 8
+        await pair.close()
+        got = await pair.collect()
+        _, rx = pair.snapshots()
+        assert [m.payload for m in sorted(got, key=lambda m: m.seq)] == want
+        assert rx["test_dropped"] > 0 and rx["repaired"] > 0
+
+    run(driver, scenario, rx={"test_data_loss": 0.1}, tx={"frame_msgs": 16, "linger_s": 0.05})
+
+
 def test_bad_frames_are_counted_and_dropped_and_the_stream_goes_on(driver: str) -> None:
     async def scenario(pair: Any) -> None:
         for junk in (b"\x00garbage", b"\x93\x01\x63\x00", b"\xc1\x01" + b"x" * 40):

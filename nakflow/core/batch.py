@@ -44,6 +44,18 @@ def check_payload(payload: object) -> None:
                         f"{type(payload).__name__}{hint}")
 
 
+def frozen(payload: bytes | bytearray | memoryview) -> bytes:
+    """``payload`` as it is now, as bytes: a bytearray or memoryview is copied (checked
+    first, ``check_payload``), since the frame being built and the history keep what
+    they are given, and an application that reuses its buffer changed what went out
+    (a message sent, then its buffer refilled within the linger, left as the new
+    content) and what a repair re-sent. bytes are kept as they are."""
+    if type(payload) is bytes:
+        return payload
+    check_payload(payload)
+    return bytes(payload)
+
+
 class FrameBatcher:
     """The frame being built: payloads admitted and not yet sent, and when to send them.
 
@@ -119,9 +131,10 @@ class FrameBatcher:
         message: the linger starts); SEND (added, and the frame should leave now: a bound
         is reached, its linger is over, or the sender was idle); or NO_ROOM (not added:
         send the frame first, it would break the byte bound). Raises ValueError for a
-        payload no frame can hold (nothing changes then)."""
+        payload no frame can hold (nothing changes then). A payload that is not bytes is
+        kept as a copy (``frozen``)."""
         if type(payload) is not bytes:
-            check_payload(payload)
+            payload = frozen(payload)
         size = len(payload) + PER_PAYLOAD_OVERHEAD
         p = self.payloads
         if p:

@@ -34,7 +34,7 @@ from ..wire.auth import FrameAuth
 from ..wire.codec import SIGNAL_CODES, Bye, Hello, Nak, Progress, Receipt, Repair, decode
 from ..wire.endpoint import Endpoint
 from .admission import ALLOWANCE_MSGS, ALLOWANCE_S, Admission
-from .batch import PER_PAYLOAD_OVERHEAD, FrameBatcher
+from .batch import PER_PAYLOAD_OVERHEAD, FrameBatcher, frozen
 from .close import CloseTally, SenderClose, receiver_of
 from .framer import Framer
 from .lifecycle import CLOSED, CLOSING, OPEN, Lifecycle
@@ -236,8 +236,13 @@ class SenderCore(Endpoint):
         if not isinstance(payloads, (list, tuple)):
             payloads = list(payloads)  # a generator's len() was a TypeError
         check = self.batch.check
+        mutable = False
         for payload in payloads:
             check(payload)
+            if type(payload) is not bytes:
+                mutable = True
+        if mutable:  # copies, as they are now: the frames and the history keep them
+            payloads = [frozen(p) for p in payloads]
         return BatchOffer(self, payloads)
 
     def _size_hint(self, payload: bytes) -> None:

@@ -21,7 +21,6 @@ hand over, so nothing is lost silently.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import subprocess
@@ -54,22 +53,29 @@ def message_json(stream: str, msg: Message) -> str:
         value = msgpack.unpackb(msg.payload, raw=False, strict_map_key=False)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         value = _NOT_MSGPACK
-    if type(value) is dict or type(value) is list:  # a row: no UTF-8 text is one of these
-        with contextlib.suppress(ValueError, TypeError, OverflowError):  # (a date past 9999)
-            record["payload"] = json_value(value)
-            return json.dumps(record, separators=(",", ":"), allow_nan=False)
+    row = type(value) is dict or type(value) is list  # no UTF-8 text is one of these
+    if row and (line := _with_value(record, value)) is not None:
+        return line
     try:  # text before a msgpack scalar: a line "a" is also the msgpack of 97, "Яb" of -81
         record["payload"] = bytes(msg.payload).decode("utf-8")
         return json.dumps(record, separators=(",", ":"))
     except UnicodeDecodeError:
         pass
-    if value is not _NOT_MSGPACK and type(value) is not dict and type(value) is not list:
-        with contextlib.suppress(ValueError, TypeError, OverflowError):
-            record["payload"] = json_value(value)
-            return json.dumps(record, separators=(",", ":"), allow_nan=False)
+    if not row and value is not _NOT_MSGPACK and (line := _with_value(record, value)):
+        return line
     record.pop("payload", None)
     record["payload_b64"] = base64.b64encode(msg.payload).decode("ascii")
     return json.dumps(record, separators=(",", ":"))
+
+
+def _with_value(record: dict[str, Any], value: Any) -> str | None:
+    """``record`` with ``value`` as its payload, as a JSON line; None where JSON has no
+    form for the value (a date beyond year 9999)."""
+    try:
+        record["payload"] = json_value(value)
+        return json.dumps(record, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError, OverflowError):
+        return None
 
 
 #: ``message_json``'s mark for a payload that is no msgpack
