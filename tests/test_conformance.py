@@ -145,9 +145,10 @@ def test_repair_makes_a_lossy_stream_whole(driver: str) -> None:
 
 def test_a_reused_buffer_sends_what_it_held_when_sent_and_repairs_it_so(driver: str) -> None:
     """An application that refills one bytearray for each message (or sends a memoryview
-    of it): the frame being built and the history kept the buffer itself, so a message
-    left holding what the buffer held later (a probe: ``first``, ``SECND`` sent, ``first``,
-    ``third`` delivered), and a repair re-sent that."""
+    of it, or yields it refilled from a generator to ``send_batch``): the frame being
+    built and the history kept the buffer itself, so a message left holding what the
+    buffer held later (a probe: ``first``, ``SECND`` sent, ``first``, ``third``
+    delivered), and a repair re-sent that."""
     async def scenario(pair: Any) -> None:
         buf = bytearray(8)
         view = memoryview(buf)
@@ -161,6 +162,14 @@ def test_a_reused_buffer_sends_what_it_held_when_sent_and_repairs_it_so(driver: 
                 await pair.send_batch([view])
             elif not pair.try_send(view):
                 await pair.send(view)
+
+        def refilled() -> Any:  # a generator that refills one buffer for each message
+            for i in range(2_000, 2_100):
+                buf[:] = b"%08d" % i
+                want.append(bytes(buf))
+                yield view
+
+        await pair.send_batch(refilled())
         buf[:] = b"-" * 8
         await pair.close()
         got = await pair.collect()

@@ -233,8 +233,9 @@ class SenderCore(Endpoint):
             raise TypeError("send_batch takes a sequence of payloads, not one payload "
                             f"({type(payloads).__name__}): send(payload), or "
                             "send_batch([payload])")
-        if not isinstance(payloads, (list, tuple)):
-            payloads = list(payloads)  # a generator's len() was a TypeError
+        if not isinstance(payloads, (list, tuple)):  # a generator's len() was a TypeError;
+            # each payload is copied as it is taken: a generator may refill one buffer
+            payloads = [p if type(p) is bytes else frozen(p) for p in payloads]
         check = self.batch.check
         mutable = False
         for payload in payloads:
