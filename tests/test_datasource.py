@@ -121,7 +121,8 @@ def test_bad_options_fail_the_write_with_a_clear_error(spark):
 
 
 @on_local
-def test_a_column_no_task_can_be_handed_fails_the_write_on_the_driver_naming_it(spark):
+def test_a_column_no_task_can_be_handed_fails_the_write_on_the_driver_naming_it(spark,
+                                                                               tmp_path):
     """A year-month interval: PySpark hands a task no such value, and the write failed
     in every task with pyarrow's ``KeyError: 21`` (the data source) or PySpark's
     ``YearMonthIntervalType.fromInternal is not implemented`` (a row writer)."""
@@ -141,6 +142,16 @@ def test_a_column_no_task_can_be_handed_fails_the_write_on_the_driver_naming_it(
         cfg = WriterConfig(mem.rx.data_endpoints, mem.rx.feedback_endpoints, stream="ds")
         with pytest.raises(ConfigError, match=named):
             df.foreachPartition(nakflow_writer(cfg, schema=df.schema))
+        stream = (spark.readStream.format("rate").load()
+                  .selectExpr("value", "INTERVAL '1' MONTH AS span"))
+        with pytest.raises(Exception, match=r"cannot send column 'span' \(interval month\)"):
+            query = (stream.writeStream.format("nakflow")
+                     .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                     .option("data", mem.rx.data_endpoints[0])
+                     .option("feedback", mem.rx.feedback_endpoints[0]).option("stream", "ds")
+                     .start())
+            query.awaitTermination(60)  # its first batch fails with the error, or a bug
+            raise AssertionError("the query ran without the error")
         assert mem.rx.snapshot()["senders"] == []  # no task ever started a sender
         # what the error says to do works: the interval arrives as text
         cast = df.select("id", df["span"].cast("string").alias("span"))
