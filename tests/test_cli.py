@@ -113,6 +113,9 @@ BAD = [
       "--nak-levels", "50,200"), "argument --nak-levels: levels must lie in (0, 100]: '50,200'"),
     (("receive", "--data", "tcp://127.0.0.1:*", "--feedback", "tcp://127.0.0.1:*",
       "--nak-levels", "50,,75"), "argument --nak-levels: not a list of whole percents"),
+    (("receive", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--payload", "text"), "--payload text says how --sink's JSON lines give each payload: "
+     "it needs --sink"),
     # nakflow send --input: the lines of a file or of stdin
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--input", "no-such-input.txt"), "--input no-such-input.txt: No such file or directory"),

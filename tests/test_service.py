@@ -211,22 +211,30 @@ def test_every_payload_becomes_a_line_binary_and_out_of_range_ones_too(tmp_path)
 
 def test_a_payload_is_a_row_then_text_then_a_msgpack_scalar_then_base64():
     """The JSON-line sink's reading of a payload, where msgpack and UTF-8 text overlap:
-    text wins over a msgpack scalar (``a`` is also 97), a map or array (a row) over text
-    (no UTF-8 text is one), and a scalar that is no text stays msgpack."""
+    text wins over a msgpack number (``a`` is also 97), a map, array or string over text
+    (no UTF-8 text is a map or array; a msgpack string of 128-191 bytes is UTF-8 text,
+    its header an Arabic letter), and a number that is no text stays msgpack; or the
+    reading said (``--payload``)."""
     from nakflow.core.receiver_core import Message
     from nakflow.live.sinks import message_json
 
-    def payload(raw: bytes) -> object:
-        record = json.loads(message_json("s", Message("x", 1, 0, 0.0, raw)))
+    def payload(raw: bytes, reading: str = "auto") -> object:
+        record = json.loads(message_json("s", Message("x", 1, 0, 0.0, raw), reading))
         return record.get("payload", ("b64", record.get("payload_b64")))
 
     greek = "\u03b1\u03b2a"  # alpha, beta, a: 5 bytes, a msgpack uint32
+    long_text = "x" * 130  # as msgpack: 0xd9 0x82 ..., also UTF-8 text (U+0642 first)
     cases = [(b"a", "a"), ("Я".encode(), "Я"), (greek.encode(), greek), (b"{", "{"),
              (msgpack.packb({"id": 1}), {"id": 1}), (msgpack.packb([1, "x"]), [1, "x"]),
-             (msgpack.packb("hello"), "hello"), (msgpack.packb(-5), -5),
-             (msgpack.packb(1.5), 1.5), (msgpack.packb(None), None), (b"", ""),
-             (b"\xff\x00", ("b64", "/wA="))]
+             (msgpack.packb("hello"), "hello"), (msgpack.packb(long_text), long_text),
+             (msgpack.packb(-5), -5), (msgpack.packb(1.5), 1.5), (msgpack.packb(None), None),
+             (b"", ""), (b"\xff\x00", ("b64", "/wA="))]
     assert [payload(raw) for raw, _ in cases] == [want for _, want in cases]
+    # said, not guessed (nakflow receive --payload)
+    assert [payload(b"a", r) for r in ("msgpack", "text", "base64")] == [97, "a", ("b64", "YQ==")]
+    said_text = msgpack.packb(long_text)
+    assert payload(said_text, "text") == said_text.decode()
+    assert payload(b"\xc1", "text") == payload(b"\xc1", "msgpack") == ("b64", "wQ==")
 
 
 def test_service_pipes_json_lines_into_a_command(tmp_path):

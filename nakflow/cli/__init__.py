@@ -27,7 +27,7 @@ from typing import Any
 from .. import __version__
 from ..config import FRAME_MSGS, LINGER_S, MODES, NakConfig, check_levels
 from ..errors import ConfigError, IncompleteDelivery, NakflowError, PeerMismatch
-from ..live.sinks import SINK_HELP
+from ..live.sinks import PAYLOAD_READINGS, SINK_HELP
 from ..wire import DEFAULT_MAX_FRAME_BYTES
 from . import speedups
 from .commands import (
@@ -288,6 +288,12 @@ def _receive_parser(sub: Any) -> None:
                    help=f"hand every delivered message, as a JSON line, to {SINK_HELP}; "
                         "the report then goes to stderr if the sink is stdout (default: "
                         "none, messages are only counted)")
+    r.add_argument("--payload", choices=PAYLOAD_READINGS, default="auto",
+                   help="how --sink's JSON lines give each payload: msgpack (decoded), text "
+                        "(UTF-8), base64 (payload_b64), or auto: a msgpack map, array or "
+                        "string, else text, else a msgpack number, else base64 (the line "
+                        "'a' is also the msgpack of 97: say text or msgpack where a stream "
+                        "has such)")
     r.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
     # check hook (chaos run): write which seqs of each stream were delivered, at exit
     r.add_argument("--deliveries", default=None, help=argparse.SUPPRESS)

@@ -408,7 +408,12 @@ def cmd_receive(args: argparse.Namespace) -> int:
     _distinct_endpoints(args.data, args.feedback)
     # a service runs until a signal; a one-shot receive until --senders or --duration
     one_shot = args.senders is not None or args.duration is not None
-    sink = open_sink(args.sink, args.stream) if args.sink else None  # checked before ready
+    if args.payload != "auto" and (not args.sink or args.sink.startswith("parquet:")):
+        raise ValueError(f"--payload {args.payload} says how --sink's JSON lines give each "
+                         "payload: it needs --sink -, file: or cmd: (the Parquet sink "
+                         "writes rows)")
+    sink = (open_sink(args.sink, args.stream, args.payload) if args.sink  # checked before
+            else None)  # ready
     try:
         rx = Receiver(args.data, args.feedback, mode=args.mode, stream=args.stream,
                       receiver_id=args.id, capacity_msgs=args.capacity,

@@ -7,15 +7,16 @@ credit) as with any slow application. Each message becomes one JSON line::
     {"stream": "orders", "sender": "s-1f…", "epoch": 1795…, "seq": 41, "ts": 1795….5,
      "payload": {"id": 41, …}}
 
-``payload`` is the msgpack-decoded value when the payload is a msgpack map or array
-(what the Spark writer sends: a row), written the way Spark's ``to_json`` writes values
-(``json_value``: bytes as base64, NaN and the infinities as strings; docs/types.md has
-the table per Spark type); else the UTF-8 text (``nakflow send --input``'s lines: a line
-``a`` is also msgpack, the number 97, and a Greek or Cyrillic word can be too); else a
-msgpack number, string or null; payloads that are none of these come as ``payload_b64``
-(base64) instead. A sink that fails (a full disk, a command that
-exited) raises SinkError; the caller stops and reports how many messages it could not
-hand over, so nothing is lost silently.
+``payload`` is the msgpack-decoded value when the payload is a msgpack map, array or
+string (what the Spark writer sends: a row), written the way Spark's ``to_json`` writes
+values (``json_value``: bytes as base64, NaN and the infinities as strings;
+docs/types.md has the table per Spark type); else the UTF-8 text (``nakflow send
+--input``'s lines: a line ``a`` is also msgpack, the number 97, and a Greek or Cyrillic
+word can be too); else a msgpack number or null; payloads that are none of these come as
+``payload_b64`` (base64) instead (``message_json``; ``nakflow receive --payload`` says
+which a stream's payloads are, where the guess is not wanted). A sink that fails (a full
+disk, a command that exited) raises SinkError; the caller stops and reports how many
+messages it could not hand over, so nothing is lost silently.
 """
 
 from __future__ import annotations
@@ -45,23 +46,41 @@ class SinkError(NakflowError):
     """The sink could not take messages."""
 
 
-def message_json(stream: str, msg: Message) -> str:
-    """One message as a JSON line (without the newline)."""
+#: How the JSON-line sink reads a payload (``nakflow receive --payload``): ``auto``
+#: tells msgpack from text (``message_json``), the others say which it is.
+PAYLOAD_READINGS = ("auto", "msgpack", "text", "base64")
+
+
+def message_json(stream: str, msg: Message, payload: str = "auto") -> str:
+    """One message as a JSON line (without the newline), its payload read as ``payload``
+    says (PAYLOAD_READINGS): a payload that is not what it says, or has no JSON form (a
+    date beyond year 9999), comes as ``payload_b64``.
+
+    ``auto``: a msgpack map, array or string (a Spark row, an RDD's string) as msgpack;
+    else UTF-8 text as text (``nakflow send --input``'s lines); else a msgpack number,
+    bool, null or binary; else base64. Text and msgpack overlap: the line ``a`` is also
+    the msgpack of 97, and ``Я`` of -81 (text comes first for these), and a line of 130
+    to 193 bytes that begins with ``ف`` (and some other Arabic letters) is a msgpack
+    string (msgpack comes first: a Spark RDD's string of 128 to 191 bytes is one)."""
     record: dict[str, Any] = {"stream": stream, "sender": msg.sender, "epoch": msg.epoch,
                               "seq": msg.seq, "ts": msg.ts}
-    try:
-        value = msgpack.unpackb(msg.payload, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-        value = _NOT_MSGPACK
-    row = type(value) is dict or type(value) is list  # no UTF-8 text is one of these
-    if row and (line := _with_value(record, value)) is not None:
+    value: Any = _NOT_MSGPACK
+    if payload == "auto" or payload == "msgpack":
+        try:
+            value = msgpack.unpackb(msg.payload, raw=False, strict_map_key=False)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+            pass
+    kind = type(value)
+    first = payload == "msgpack" or kind is dict or kind is list or kind is str
+    if first and value is not _NOT_MSGPACK and (line := _with_value(record, value)):
         return line
-    try:  # text before a msgpack scalar: a line "a" is also the msgpack of 97, "Яb" of -81
-        record["payload"] = bytes(msg.payload).decode("utf-8")
-        return json.dumps(record, separators=(",", ":"))
-    except UnicodeDecodeError:
-        pass
-    if not row and value is not _NOT_MSGPACK and (line := _with_value(record, value)):
+    if payload == "auto" or payload == "text":
+        try:
+            record["payload"] = bytes(msg.payload).decode("utf-8")
+            return json.dumps(record, separators=(",", ":"))
+        except UnicodeDecodeError:
+            pass
+    if not first and value is not _NOT_MSGPACK and (line := _with_value(record, value)):
         return line
     record.pop("payload", None)
     record["payload_b64"] = base64.b64encode(msg.payload).decode("ascii")
@@ -86,8 +105,10 @@ class JsonLinesSink:
     """JSON lines to a binary stream; ``close`` flushes (and closes what it opened);
     ``abandon`` lets go of it when the receiver never started."""
 
-    def __init__(self, stream: str, out: IO[bytes], owned: bool, name: str) -> None:
+    def __init__(self, stream: str, out: IO[bytes], owned: bool, name: str,
+                 payload: str = "auto") -> None:
         self.stream, self.out, self.owned, self.name = stream, out, owned, name
+        self.payload = payload  # how each payload is read (message_json)
         self.written = 0
         self.rejected, self.rejected_why = 0, None  # any payload makes a line
         self.lost = 0  # messages handed over that a failure kept from being written
@@ -95,7 +116,8 @@ class JsonLinesSink:
     def write(self, msgs: Sequence[Message]) -> None:
         if not msgs:
             return
-        data = "".join(message_json(self.stream, m) + "\n" for m in msgs).encode()
+        stream, payload = self.stream, self.payload
+        data = "".join(message_json(stream, m, payload) + "\n" for m in msgs).encode()
         try:  # flushed: ``written`` counts what left, not what a buffer held (a full
             self.out.write(data)  # disk failed a later write, and took the buffer's lines
             self.out.flush()  # along, counted written)
@@ -136,7 +158,7 @@ class CommandSink(JsonLinesSink):
     #: to start (the shell's "not found", a wrong option), s.
     STARTUP_S = 0.2
 
-    def __init__(self, stream: str, command: str) -> None:
+    def __init__(self, stream: str, command: str, payload: str = "auto") -> None:
         name = f"cmd:{command}"
         _check_program(command, name)
         self.proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE)
@@ -151,7 +173,7 @@ class CommandSink(JsonLinesSink):
                             f"{status}{why} (its own message is above); it must read JSON "
                             "lines on its stdin until they end")
         assert self.proc.stdin is not None
-        super().__init__(stream, self.proc.stdin, owned=True, name=name)
+        super().__init__(stream, self.proc.stdin, owned=True, name=name, payload=payload)
 
     def abandon(self) -> None:
         """The receiver never started: stop the command, quietly."""
@@ -483,19 +505,25 @@ class ParquetSink:
         self.flush()
 
 
-def open_sink(spec: str, stream: str) -> JsonLinesSink | ParquetSink:
-    """A sink from its command-line form (see SINK_HELP). Raises ValueError if malformed."""
+def open_sink(spec: str, stream: str, payload: str = "auto") -> JsonLinesSink | ParquetSink:
+    """A sink from its command-line form (see SINK_HELP), its JSON lines' payloads read as
+    ``payload`` says (PAYLOAD_READINGS; the Parquet sink reads rows only). Raises
+    ValueError if malformed."""
+    if payload not in PAYLOAD_READINGS:
+        raise ValueError(f"--payload must be one of {', '.join(PAYLOAD_READINGS)}: "
+                         f"{payload!r}")
     if spec in ("-", "stdout"):
-        return JsonLinesSink(stream, sys.stdout.buffer, owned=False, name="stdout")
+        return JsonLinesSink(stream, sys.stdout.buffer, owned=False, name="stdout",
+                             payload=payload)
     kind, _, target = spec.partition(":")
     if kind == "file" and target:
         try:
             out = open(target, "ab")  # noqa: SIM115 (the sink owns it; close() closes it)
         except OSError as exc:
             raise SinkError(f"--sink {spec}: cannot open {target}: {exc.strerror}") from None
-        return JsonLinesSink(stream, out, owned=True, name=spec)
+        return JsonLinesSink(stream, out, owned=True, name=spec, payload=payload)
     if kind == "cmd" and target:
-        return CommandSink(stream, target)
+        return CommandSink(stream, target, payload)
     if kind == "parquet" and target:
         return ParquetSink(target)
     raise ValueError(f"--sink must be {SINK_HELP}: {spec!r}")
