@@ -228,8 +228,9 @@ def _unsendable_type(dtype: Any, path: str) -> list[tuple[str, str]]:
 
 
 def check_sendable(schema: Any) -> None:
-    """Raise ``ConfigError`` naming each column of ``schema`` that no Spark task could
-    send (``unsendable``), and what to send instead, before any task starts."""
+    """Raise ``ConfigError`` naming the columns of ``schema`` that a struct names twice
+    (a row would keep one value of each name), or else each that no Spark task could
+    send (``unsendable``), and what to do instead: called before any task starts."""
     named = _named_twice(schema)
     if named:
         raise ConfigError(_twice(named))
