@@ -39,6 +39,7 @@ from pyspark.sql.datasource import (
 
 from nakflow import ConfigError
 from nakflow.arrow import encode_batch
+from nakflow.wire.codec import DEFAULT_MAX_FRAME_BYTES
 
 from .config import WriterConfig
 from .serialize import check_sendable
@@ -65,16 +66,36 @@ class TaskReport(WriterCommitMessage):
 MIN_FLOOR_MSGS = 2.0
 
 
-def arrow_messages(batches: Iterator[Any], max_rows: int, counted: list[int]) -> Iterator[bytes]:
-    """One Arrow IPC message per slice of at most ``max_rows`` rows of each batch, in
-    order (the same slices on every attempt: Spark's batches are); adds the rows to
-    ``counted[0]`` as each message is made."""
+#: The most bytes an Arrow message of more than one row is, half a frame's default bound
+#: (``max_frame_bytes``, 16 MiB): 1,024 rows of 20 KB made a message of 20 MB, more than
+#: any frame holds, and the task failed (``message of 20,120,400 bytes exceeds
+#: max_frame_bytes``). A single row is sent whole, if a frame holds it.
+MESSAGE_BYTES = DEFAULT_MAX_FRAME_BYTES // 2
+
+
+def arrow_messages(batches: Iterator[Any], max_rows: int, counted: list[int],
+                   max_bytes: int = MESSAGE_BYTES) -> Iterator[bytes]:
+    """One Arrow IPC message per slice of at most ``max_rows`` rows of each batch, split
+    in halves until it is ``max_bytes`` or less (or one row), in order (the same slices
+    on every attempt: Spark's batches are); adds the rows to ``counted[0]`` as each
+    message is made."""
     for batch in batches:
         n = batch.num_rows
         for start in range(0, n, max_rows):
-            part = batch.slice(start, min(max_rows, n - start))
-            counted[0] += part.num_rows
-            yield encode_batch(part)
+            yield from _within(batch.slice(start, min(max_rows, n - start)), max_bytes,
+                               counted)
+
+
+def _within(part: Any, max_bytes: int, counted: list[int]) -> Iterator[bytes]:
+    message = encode_batch(part)
+    rows = part.num_rows
+    if len(message) <= max_bytes or rows <= 1:
+        counted[0] += rows
+        yield message
+        return
+    half = rows // 2
+    yield from _within(part.slice(0, half), max_bytes, counted)
+    yield from _within(part.slice(half), max_bytes, counted)
 
 
 def per_message(config: WriterConfig) -> WriterConfig:

@@ -223,3 +223,28 @@ def test_rows_of_other_columns_keep_every_column_in_a_batch_and_in_the_parquet_s
     sink.close()
     assert (sink.written, sink.rejected) == (4, 0)
     assert [row for f in sink.files for row in pq.read_table(f).to_pylist()] == want
+
+
+def test_the_data_sources_messages_of_wide_rows_are_split_by_bytes_to_fit_a_frame():
+    """Without Spark: 1,024 rows of 20 KB made one Arrow message of 20 MB, more than a
+    frame holds, and the task failed (``message of 20,120,400 bytes exceeds
+    max_frame_bytes``). Split in halves by bytes, every row once, in order."""
+    pytest.importorskip("pyspark")
+    from nakflow.arrow import decode_batches
+    from spark_adapter.datasource import MESSAGE_BYTES, arrow_messages
+
+    wide = pa.record_batch({"id": pa.array(range(1_500), pa.int64()),
+                            "blob": pa.array([b"%05d" % i * 4_000 for i in range(1_500)])})
+    narrow = pa.record_batch({"id": pa.array(range(3_000), pa.int64())})
+    counted = [0]
+    messages = list(arrow_messages(iter([wide, narrow]), 1_024, counted))
+    assert all(len(m) <= MESSAGE_BYTES for m in messages)
+    back = [b for m in messages for b in decode_batches(m)]
+    ids = [i for b in back for i in b.column("id").to_pylist()]
+    assert ids == list(range(1_500)) + list(range(3_000)) and counted == [4_500]
+    assert [b.num_rows for b in back[-3:]] == [1_024, 1_024, 952]  # narrow: by rows alone
+    assert max(b.num_rows for b in back[:-3]) < 1_024  # wide: by bytes too
+    # a row bigger than the bound goes whole (a frame holds up to twice the bound)
+    big = pa.record_batch({"blob": pa.array([b"x" * 100, b"y" * 3_000])})
+    alone = list(arrow_messages(iter([big]), 1_024, [0], max_bytes=2_000))
+    assert [decode_batches(m)[0].num_rows for m in alone] == [1, 1]
