@@ -228,7 +228,7 @@ def test_rows_of_other_columns_keep_every_column_in_a_batch_and_in_the_parquet_s
 def test_the_data_sources_messages_of_wide_rows_are_split_by_bytes_to_fit_a_frame():
     """Without Spark: 1,024 rows of 20 KB made one Arrow message of 20 MB, more than a
     frame holds, and the task failed (``message of 20,120,400 bytes exceeds
-    max_frame_bytes``). Split in halves by bytes, every row once, in order."""
+    max_frame_bytes``). Split by bytes, every row once, in order."""
     pytest.importorskip("pyspark")
     from nakflow.arrow import decode_batches
     from spark_adapter.datasource import MESSAGE_BYTES, arrow_messages
