@@ -139,6 +139,9 @@ class Incarnation:
     ended: float | None = None
     killed: bool = False
     report: dict[str, Any] | None = None
+    #: the report of a sender stopped part way (SIGTERM): not a finished stream's, but it
+    #: says how far the sender got (a violation's trace)
+    stopped_report: dict[str, Any] | None = None
     deliveries: dict[str, Any] | None = None
     path: str = ""
     wall: float = field(default_factory=time.time)
@@ -321,6 +324,8 @@ class Round:
                 out, err = inc.proc.communicate(timeout=30)
                 if inc.proc.returncode == 0 and out.strip():
                     inc.report = json.loads(out.strip().splitlines()[-1])
+                elif inc.proc.returncode == 128 + signal.SIGTERM and out.strip():
+                    inc.stopped_report = json.loads(out.strip().splitlines()[-1])
             except subprocess.TimeoutExpired:
                 inc.proc.kill()
                 inc.proc.communicate()
@@ -417,7 +422,8 @@ def check(rnd: Round) -> tuple[dict[str, Any], list[str], list[str]]:
                                  f"the sender said {said}")
             if (rnd.mode == "ack" and (st["dropped"] or st["lost"])
                     and t_start is not None and rx.started <= t_start - 1.0):
-                bad.append(f"{where}: ack lost {st['lost']} and dropped {st['dropped']}")
+                bad.append(f"{where}: ack lost {st['lost']} and dropped {st['dropped']}; "
+                           + _trace(rnd, key, st, d))
         for key, (tx, _) in finished.items():
             if up_through(rx, tx) and key not in heard:
                 sent = tx.report["sent"] if tx.report else "?"
@@ -426,6 +432,23 @@ def check(rnd: Round) -> tuple[dict[str, Any], list[str], list[str]]:
                            "through")
     row["violations"] = len(bad)
     return row, bad, short
+
+
+def _trace(rnd: Round, key: tuple[str, int], st: dict[str, Any],
+           d: dict[str, Any]) -> str:
+    """Where a stream's messages went missing at a receiver, and how far its sender got:
+    a violation says enough to look for its cause without running it again."""
+    tx = next((s for s in rnd.past_senders for r in (s.report, s.stopped_report)
+               if r is not None and (r["sender_id"], r["epoch"]) == key), None)
+    said = "no report (killed)"
+    if tx is not None:
+        r = tx.report or tx.stopped_report or {}
+        said = (f"{'finished' if tx.report else 'stopped by SIGTERM'} at t={tx.ended:.2f} "
+                f"having sent {r.get('sent')} in {r.get('frames')} frames, started "
+                f"t={tx.started:.2f}")
+    return (f"seqs not taken [lo, hi): {d.get('holes')} (received {st.get('received')}, "
+            f"next seq {st.get('next_seq')}, final seq {st['final_seq']}); its sender: "
+            f"{said}")
 
 
 def run_rounds(args: argparse.Namespace, transport: str) -> tuple[list[dict[str, Any]], int]:

@@ -110,9 +110,31 @@ class DeliveryLog:
 
     def report(self) -> dict[str, Any]:
         streams = [{"sender": s, "epoch": e, "distinct": sum(b.bit_count() for b in bits),
-                    "duplicates": self._dups.get((s, e), 0)}
+                    "duplicates": self._dups.get((s, e), 0), "holes": holes(bits)}
                    for (s, e), bits in sorted(self._bits.items())]
         return {"streams": streams, "out_of_range": self.out_of_range}
+
+
+def holes(bits: bytearray, most: int = 8) -> list[list[int]]:
+    """The first ``most`` runs of seqs ``[lo, hi)`` not taken below the highest taken (a
+    check's violation says where the messages went missing)."""
+    out: list[list[int]] = []
+    top = len(bits.rstrip(b"\0"))
+    lo = None
+    for i in range(top):
+        byte = bits[i]
+        if byte == (0 if lo is not None else 0xFF):  # a whole byte of the same: skip it
+            continue
+        for bit in range(8):
+            taken = byte >> bit & 1
+            if not taken and lo is None:
+                lo = 8 * i + bit
+            elif taken and lo is not None:
+                out.append([lo, 8 * i + bit])
+                lo = None
+                if len(out) == most:
+                    return out
+    return out
 
 
 def stop_process(proc: subprocess.Popen[Any]) -> None:
