@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .errors import ConfigError
-from .wire.codec import DEFAULT_MAX_FRAME_BYTES
+from .wire.codec import DEFAULT_MAX_FRAME_BYTES, MAX_NAME_CHARS
 
 #: Natural batching's defaults: a message waits at most this long for others to share its
 #: DATA frame, s; a frame holds at most this many messages or payload bytes.
@@ -117,6 +117,18 @@ def check_callable(value: Any, what: str) -> None:
     first event, then at its exit)."""
     if value is not None and not callable(value):
         raise TypeError(f"{what} must be a callable (or None), not {value!r}")
+
+
+def check_name(value: str | None, what: str) -> None:
+    """Raise ConfigError unless ``value`` is a name every frame can carry: 1..256
+    characters, no NUL (None and "" stand for "not given"). A longer sender id made
+    every frame malformed at its receivers (the sender sent on, and a wait for receivers
+    timed out blaming the stream or a key); a longer receiver id left its HELLO answers
+    unread; a NUL ends the topic of the repairs meant for one receiver alone."""
+    if value and (len(value) > MAX_NAME_CHARS or "\0" in value):
+        raise ConfigError(f"{what} must be a name of 1..{MAX_NAME_CHARS} characters without "
+                          f"NUL, not {value[:40]!r}{'...' if len(value) > 40 else ''} "
+                          f"({len(value):,} characters)")
 
 
 def check_frame_bound(max_frame_bytes: int) -> None:
@@ -489,7 +501,8 @@ class SenderConfig:
     mode: str = "nak"
     #: Stream name; feedback for other streams is ignored.
     stream: str = "default"
-    #: Unique id of this sender (None: a random one when the driver starts).
+    #: Unique id of this sender, 1..256 characters without NUL (None: a random one when the
+    #: driver starts).
     sender_id: str | None = None
     #: Incarnation number; a restarted sender must use a new one (None: ms since 1970).
     epoch: int | None = None
@@ -537,8 +550,9 @@ class SenderConfig:
     def __post_init__(self) -> None:
         check_values(self)
         check_mode(self.mode)
-        if not self.stream or len(self.stream) > 256:
+        if not self.stream or len(self.stream) > MAX_NAME_CHARS:
             raise ConfigError("stream must be a name of 1..256 characters")
+        check_name(self.sender_id, "sender_id")
         if self.epoch is not None and not 0 <= self.epoch < 1 << 64:  # a frame's uint64
             raise ConfigError(f"epoch must lie in 0..2**64-1, not {self.epoch:,}")
         if self.max_rate_msgs is not None and not 0 < self.max_rate_msgs < math.inf:
@@ -566,7 +580,8 @@ class ReceiverConfig:
     mode: str = "nak"
     #: Stream name; frames of other streams are ignored.
     stream: str = "default"
-    #: Unique id of this receiver (None: a random one when the driver starts).
+    #: Unique id of this receiver, 1..256 characters without NUL (None: a random one when
+    #: the driver starts).
     receiver_id: str | None = None
     #: Queue bound, msgs.
     capacity_msgs: int = 10_000
@@ -615,8 +630,9 @@ class ReceiverConfig:
         check_frame_bound(self.max_frame_bytes)
         if self.max_streams < 1:
             raise ConfigError("max_streams must be >= 1")
-        if not self.stream or len(self.stream) > 256:
+        if not self.stream or len(self.stream) > MAX_NAME_CHARS:
             raise ConfigError("stream must be a name of 1..256 characters")
+        check_name(self.receiver_id, "receiver_id")
         if not 0 <= self.test_data_loss < 1:
             raise ConfigError("test_data_loss must lie in [0, 1)")
         if self.sender_gone_s is not None and not self.sender_gone_s > 0:

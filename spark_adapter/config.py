@@ -12,6 +12,7 @@ from typing import Any
 
 from nakflow import AckConfig, ConfigError, NakConfig, RepairConfig, check_mode
 from nakflow.config import LINGER_S, check_values
+from nakflow.wire.codec import MAX_NAME_CHARS
 from transports import SocketOptions, check_pairs, parse_endpoints, receivers_expected
 
 log = logging.getLogger("nakflow.spark")
@@ -130,6 +131,7 @@ class WriterConfig:
             raise ConfigError("stream must be a name of 1..256 characters")
         if self.run_id is not None and not self.run_id:
             raise ConfigError("run_id must be None or a non-empty string")
+        check_run_id(self.run_id)
         if self.arrow_rows < 1:
             raise ConfigError("arrow_rows must be >= 1")
         if self.batch_rows < 1 or not self.batch_linger_s >= 0:
@@ -190,6 +192,27 @@ class WriterConfig:
         """The config of one Structured Streaming micro-batch (``foreachBatch``)."""
         base = self.pinned()
         return replace(base, run_id=f"{base.run_id}/b{batch_id}")
+
+
+#: What a task's sender id adds to the run id: ``/p<partition>`` (a Spark int), and in
+#: a streaming query ``/b<micro-batch>`` (a long) before it.
+TASK_SUFFIX = len(f"/p{2**31 - 1}")
+BATCH_SUFFIX = len(f"/b{2**63 - 1}")
+
+
+def check_run_id(run_id: str | None, *, streaming: bool = False) -> None:
+    """Raise ConfigError unless every task's sender id made of ``run_id`` is a name frames
+    carry (at most 256 characters, no NUL): a longer one made every frame malformed at
+    the receivers. ``streaming``: room for the micro-batch too, refused at the query's
+    start rather than at the batch whose number no longer fits."""
+    if run_id is None:
+        return
+    longest = MAX_NAME_CHARS - TASK_SUFFIX - (BATCH_SUFFIX if streaming else 0)
+    if len(run_id) > longest or "\0" in run_id:
+        shape = "<run_id>/b<micro-batch>/p<partition>" if streaming else "<run_id>/p<partition>"
+        raise ConfigError(f"run_id must be at most {longest} characters without NUL (a "
+                          f"task's sender id is {shape}, a name of at most "
+                          f"{MAX_NAME_CHARS}), not {len(run_id):,} characters")
 
 
 def _flag(raw: str) -> bool:

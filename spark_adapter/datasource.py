@@ -41,7 +41,7 @@ from nakflow import ConfigError
 from nakflow.arrow import encode_batch
 from nakflow.wire.codec import DEFAULT_MAX_FRAME_BYTES
 
-from .config import WriterConfig
+from .config import WriterConfig, check_run_id
 from .serialize import check_sendable
 from .writer import TaskIdentity, current_task, send_payloads
 
@@ -241,4 +241,6 @@ class NakflowDataSource(DataSource):
 
     def streamWriter(self, schema: Any, overwrite: bool) -> NakflowStreamWriter:
         check_sendable(schema)
-        return NakflowStreamWriter(self._config(overwrite))
+        config = self._config(overwrite)
+        check_run_id(config.run_id, streaming=True)
+        return NakflowStreamWriter(config)

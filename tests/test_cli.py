@@ -123,6 +123,12 @@ BAD = [
       "--input", "-", "--size", "5"), "--input sends the lines of its input: --size does not"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--input", "-", "--batch", "4"), "--input sends each line as it comes: --batch does not"),
+    # an id no frame can carry: every frame malformed at the receivers, and the wait for
+    # them timed out blaming the stream or a key
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--id", "s" * 300), "sender_id must be a name of 1..256 characters without NUL"),
+    (("receive", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
+      "--id", "r" * 257), "receiver_id must be a name of 1..256 characters without NUL"),
     # said before it waits for receivers (nobody listens here): not after they answered
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--size", "20000000"), "--size 20,000,000: message of 20,000,000 bytes exceeds "

@@ -98,7 +98,7 @@ def test_a_typed_frame_round_trips_through_the_data_source_into_parquet(spark, t
 
 
 @on_local
-def test_bad_options_fail_the_write_with_a_clear_error(spark):
+def test_bad_options_fail_the_write_with_a_clear_error(spark, tmp_path):
     from spark_adapter import NakflowDataSource
 
     spark.dataSource.register(NakflowDataSource)
@@ -111,6 +111,19 @@ def test_bad_options_fail_the_write_with_a_clear_error(spark):
     with pytest.raises(Exception, match="cannot overwrite"):
         (df.write.format("nakflow").mode("overwrite").option("data", "tcp://127.0.0.1:9")
          .option("feedback", "tcp://127.0.0.1:11").save())
+    # a run id no task's sender id can be made of: every frame was malformed at the
+    # receivers (and a streaming query's would fail at the batch whose number no longer fit)
+    with pytest.raises(Exception, match="run_id must be at most 244 characters without NUL"):
+        (df.write.format("nakflow").mode("append").option("data", "tcp://127.0.0.1:9")
+         .option("feedback", "tcp://127.0.0.1:11").option("run_id", "r" * 245).save())
+    with pytest.raises(Exception, match=r"run_id must be at most 223 characters .* "
+                       r"<run_id>/b<micro-batch>/p<partition>"):
+        query = (spark.readStream.format("rate").load().writeStream.format("nakflow")
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .option("data", "tcp://127.0.0.1:9").option("feedback", "tcp://127.0.0.1:11")
+                 .option("run_id", "r" * 224).start())
+        query.awaitTermination(60)  # its first batch fails with the error, or a bug
+        raise AssertionError("the query ran without the error")
     # a read: Spark's own error was "[NOT_IMPLEMENTED] schema is not implemented"
     for read in (lambda: spark.read.format("nakflow").load(),
                  lambda: spark.read.schema("id long").format("nakflow").load().collect(),

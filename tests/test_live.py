@@ -465,3 +465,29 @@ def test_a_frame_bound_above_16_mib_holds_on_both_sides():
         (stream,) = rx.snapshot()["senders"]
     assert got == [5, 20 * 1024 * 1024, 5] and stream["status"] == "complete"
     assert tx.snapshot()["at_close"][0]["status"] == "complete"
+
+
+def test_an_id_frames_cannot_carry_is_refused_and_the_longest_they_can_works():
+    """A sender id of 300 characters made every frame malformed at its receivers (the
+    sender sent on; a wait for receivers timed out blaming the stream or a key); a
+    receiver id of 1,000 left its HELLO answers unread; a NUL ends the topic of the
+    repairs meant for one receiver alone. Refused where they are given; 256 characters
+    (the wire's bound) carry a stream end to end, with a repair to that receiver alone."""
+    from nakflow import ConfigError
+
+    for bad in ("s" * 257, "a\0b"):
+        with pytest.raises(ConfigError, match=r"sender_id must be a name of 1\.\.256 char"):
+            Sender("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", sender_id=bad)
+        with pytest.raises(ConfigError, match=r"receiver_id must be a name of 1\.\.256 char"):
+            Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", receiver_id=bad)
+    with Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", receiver_id="r" * 256,
+                  test_data_loss=0.2) as rx:
+        with Sender(rx.data_endpoints, rx.feedback_endpoints, sender_id="é" * 256) as tx:
+            assert tx.wait_for_receivers(timeout=10) == 1
+            for i in range(500):
+                tx.send(b"%d" % i)
+        got = [int(m.payload) for m in rx.messages(senders=1, timeout=30)]
+        (stream,) = rx.snapshot()["senders"]
+    assert sorted(got) == list(range(500)) and stream["status"] == "complete"
+    assert stream["repaired"] > 0 and rx.snapshot()["malformed"] == 0
+    assert [a["receiver"] for a in tx.snapshot()["at_close"]] == ["r" * 256]

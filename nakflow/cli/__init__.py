@@ -198,7 +198,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "(credit from every receiver) or none; every side must agree")
     p.add_argument("--stream", default="default",
                    help="stream name; senders and receivers of one stream must agree")
-    p.add_argument("--id", default=None, help="node id (default: random)")
+    p.add_argument("--id", default=None,
+                   help="node id, 1..256 characters (default: random)")
     p.add_argument("--json", action="store_true",
                    help="print the report as one JSON object on stdout")
     p.add_argument("--allow-loss", action="store_true",
