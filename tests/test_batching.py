@@ -433,3 +433,34 @@ def test_a_batch_stopped_part_way_says_how_many_went_and_the_rest_can_follow():
         return [m async for m in arx.messages(senders=1, timeout=30)]
 
     asyncio.run(cancelled())
+
+
+def test_a_batch_whose_source_breaks_sends_none_of_it_and_says_so():
+    """A generator that raised at its 700th item: the exception came out of send_batch
+    without ``sent``, so the caller, whose 700 items were taken, could not tell whether
+    none of them, or all, had gone (a batch is taken whole first: none had). A payload
+    refused while the batch is taken says so too. What is sent after goes as usual."""
+
+    def source():
+        for i in range(1_000):
+            if i == 700:
+                raise KeyError("the source broke")
+            yield b"m%d" % i
+
+    rx = Receiver("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    tx = Sender(rx.data_endpoints, rx.feedback_endpoints)
+    try:
+        tx.wait_for_receivers(1, timeout=10)
+        with pytest.raises(KeyError) as broke:
+            tx.send_batch(source())
+        assert broke.value.sent == 0 and broke.value.args == ("the source broke",)  # type: ignore[attr-defined]
+        with pytest.raises(TypeError) as refused:
+            tx.send_batch([b"a", "not bytes", b"c"])
+        assert refused.value.sent == 0  # type: ignore[attr-defined]
+        tx.send_batch([b"after"])
+        tx.close()
+        assert [m.payload for m in rx.messages(senders=1, timeout=30)] == [b"after"]
+        assert rx.snapshot()["senders"][0]["status"] == "complete"
+    finally:
+        tx.close()
+        rx.close()

@@ -228,20 +228,28 @@ class SenderCore(Endpoint):
         batch (``offer_batch``), a part at a time. Raises TypeError or ValueError for any
         payload ``offer`` would refuse, before any of them is sent (a bad one half way
         through used to leave the first part sent), and TypeError for one payload given
-        in place of the batch."""
+        in place of the batch; an error of the iterable's own passes through. Each such
+        error has ``sent`` = 0: none of the batch went."""
         if isinstance(payloads, (bytes, bytearray, memoryview, str)):
             raise TypeError("send_batch takes a sequence of payloads, not one payload "
                             f"({type(payloads).__name__}): send(payload), or "
                             "send_batch([payload])")
-        if not isinstance(payloads, (list, tuple)):  # a generator's len() was a TypeError;
-            # each payload is copied as it is taken: a generator may refill one buffer
-            payloads = [p if type(p) is bytes else frozen(p) for p in payloads]
-        check = self.batch.check
-        mutable = False
-        for payload in payloads:
-            check(payload)
-            if type(payload) is not bytes:
-                mutable = True
+        try:
+            if not isinstance(payloads, (list, tuple)):  # a generator's len() was a
+                # TypeError; each payload is copied as it is taken: a generator may refill
+                # one buffer
+                payloads = [p if type(p) is bytes else frozen(p) for p in payloads]
+            check = self.batch.check
+            mutable = False
+            for payload in payloads:
+                check(payload)
+                if type(payload) is not bytes:
+                    mutable = True
+        except BaseException as exc:
+            # a payload refused, or the iterable's own error (a generator whose source
+            # broke): none of the batch went, and the error says so as a part way one does
+            exc.sent = 0  # type: ignore[attr-defined]
+            raise
         if mutable:  # copies, as they are now: the frames and the history keep them
             payloads = [frozen(p) for p in payloads]
         return BatchOffer(self, payloads)
