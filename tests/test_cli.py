@@ -123,6 +123,12 @@ BAD = [
       "--input", "-", "--size", "5"), "--input sends the lines of its input: --size does not"),
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",
       "--input", "-", "--batch", "4"), "--input sends each line as it comes: --batch does not"),
+    # IPv6: a receiver said the address was none of this machine's, a sender that
+    # nothing accepted its connection
+    (("receive", "--data", "tcp://[::1]:*", "--feedback", "tcp://127.0.0.1:*"),
+     "endpoint 'tcp://[::1]:*': an IPv6 address, and nakflow's sockets are IPv4 only"),
+    (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://[::1]:{q}"),
+     "an IPv6 address, and nakflow's sockets are IPv4 only: use an IPv4 address, e.g. tcp:"),
     # an id no frame can carry: every frame malformed at the receivers, and the wait for
     # them timed out blaming the stream or a key
     (("send", "--data", "tcp://127.0.0.1:{p}", "--feedback", "tcp://127.0.0.1:{q}",

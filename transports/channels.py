@@ -115,6 +115,11 @@ def _check_port(uri: str, rest: str) -> None:
                else "epgm://192.168.1.5;239.192.1.1:5555")
     if not sep or not host:
         raise EndpointError(f"endpoint {uri!r} has no port: write it as {example}")
+    if uri.startswith("tcp") and ":" in host.rpartition(";")[2]:  # [::1], [fe80::1%eth0]
+        raise EndpointError(
+            f"endpoint {uri!r}: an IPv6 address, and nakflow's sockets are IPv4 only: use "
+            "an IPv4 address, e.g. tcp://127.0.0.1:5600 on this machine "
+            "(docs/known-limits.md)")
     if port == "*" and uri.startswith("tcp"):
         return
     if not port.isdigit() or not 1 <= int(port) <= 65535:
