@@ -20,6 +20,7 @@ from ..wire.codec import (
     pack_frame,
     target_prefix,
 )
+from .batch import FrameBatcher
 from .history import SendHistory, Slice
 
 #: HELLOs whose answers a sender still takes for its own: 6.4 s of them at the 0.1 s a
@@ -45,11 +46,19 @@ class Framer:
         self.hello_stamps: deque[float] = deque(maxlen=HELLO_STAMPS)
 
     def data(self, payloads: Sequence[bytes], first: float, now: float,
-             startup: bool = False, report_us: int = 0) -> bytes:
+             startup: bool = False, report_us: int = 0,
+             outbox: list[bytes] | None = None) -> bytes:
         """The DATA frame for admitted ``payloads``, stamped ``first`` (its first message's
         time), numbered from ``seq`` and kept in the history (``startup``: it asks for
-        PROGRESS, every ``report_us`` µs if not 0). Raises ValueError past
-        ``max_frame_bytes`` (nothing is counted then)."""
+        PROGRESS, every ``report_us`` µs if not 0); appended to ``outbox`` if given. Raises
+        ValueError past ``max_frame_bytes`` (nothing is counted then).
+
+        With ``outbox``, the frame is counted (``seq`` moves on) and handed out in one
+        step that nothing can interrupt: a signal's exception (Python runs handlers as a
+        call returns) between ``data`` returning and its caller's append lost the frame
+        with its seqs, and the next frame, or an idle sender's announcement, made them
+        ``lost`` at every receiver. Every call that can raise comes before the first
+        change; the append is the last."""
         seq, ts = self.seq, first + self.wall_offset
         fields = [VERSION, T_DATA, self.stream, self.sender_id, self.epoch, seq, ts, payloads,
                   self.grtt_us]
@@ -61,12 +70,23 @@ class Framer:
         size = len(buf)
         if size > self.max_frame_bytes:
             raise ValueError(f"message of {size} bytes exceeds max_frame_bytes")
+        sealed = buf if self.mac is None else self.mac.seal(buf, now=ts)
         if self.history is not None:
             self.history.add(seq, ts, payloads, size, now=now)
         self.seq = seq + len(payloads)
         self.frames += 1
         self.bytes += size
-        return buf if self.mac is None else self.mac.seal(buf, now=ts)
+        if outbox is not None:
+            outbox.append(sealed)
+        return sealed
+
+    def data_from(self, batch: FrameBatcher, now: float, startup: bool, report_us: int,
+                  outbox: list[bytes]) -> None:
+        """The frame ``batch`` built so far, taken from it, as ``data`` makes it, into
+        ``outbox``: taken and handed out in one step (compiled, one call; an exception
+        between the take and the frame lost the messages taken)."""
+        payloads, first = batch.take(now)
+        self.data(payloads, first, now, startup, report_us, outbox)
 
     def rdata(self, sl: Slice, now: float, *, to: str | None = None) -> bytes:
         """RDATA for ``sl``; ``to``: for that receiver alone (behind its target prefix)."""

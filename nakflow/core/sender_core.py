@@ -270,8 +270,10 @@ class SenderCore(Endpoint):
     def flush(self, now: float) -> None:
         """The frame being built leaves now."""
         if self.batch.payloads:
-            payloads, first = self.batch.take(now)
-            self._data_frame(payloads, first, now)
+            starting = self.policy.starting
+            self.framer.data_from(self.batch, now, starting,
+                                  self.policy.report_us if starting else 0, self.outbox)
+            self._data_sent(now)
 
     def end(self, now: float) -> None:
         """END: every seq below ``seq`` was sent. Again after END: END again."""
@@ -542,12 +544,17 @@ class SenderCore(Endpoint):
             self.life.step("data")  # raises: the table has no such step
 
     def _data_frame(self, payloads: Sequence[bytes], first: float, now: float) -> None:
+        starting = self.policy.starting
+        self.framer.data(payloads, first, now, starting,
+                         self.policy.report_us if starting else 0, self.outbox)
+        self._data_sent(now)
+
+    def _data_sent(self, now: float) -> None:
+        """A DATA frame was handed out at ``now`` (``Framer.data`` counts and hands it out
+        in one step: what follows may be cut short by a signal's exception, nothing of it
+        loses a message)."""
         if self.first_data_t is None:
             self.first_data_t = now
-        policy = self.policy
-        starting = policy.starting
-        self.outbox.append(self.framer.data(payloads, first, now, starting,
-                                            policy.report_us if starting else 0))
         self.tail.last_data_t = now
         if self.timeline.due(now):
             rate, credit = self.policy.limits(now=now)

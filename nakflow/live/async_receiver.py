@@ -24,6 +24,7 @@ from .async_common import IDLE_POLL_S, Wakeup, in_its_loop, no_curve, shadow
 from .delivery_queue import DeliveryQueue, check_take
 from .lateness import Lateness
 from .lifetime import check_context, check_senders, closed_before_done, not_picklable, track
+from .outbox import send_all
 
 
 class AsyncReceiver:
@@ -124,8 +125,7 @@ class AsyncReceiver:
     def _step(self, now: float) -> None:
         core = self.core
         core.exchange(self._queue, now)
-        for buf in core.frames_to_send():
-            self._fb.send(buf)
+        send_all(core, self._fb)
         while (event := core.next_event()) is not None:
             if self._on_event is not None:
                 self._on_event(event)
@@ -212,8 +212,7 @@ class AsyncReceiver:
         if not self._queue.closed:
             self.core.close(time.monotonic())
             with contextlib.suppress(zmq.ZMQError):
-                for buf in self.core.frames_to_send():
-                    self._fb.send(buf)
+                send_all(self.core, self._fb)
             for sock in (self._adata, self._afb, self._ahear):
                 if sock is not None:
                     sock.close(200)

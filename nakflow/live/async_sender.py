@@ -35,6 +35,7 @@ from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
 from .async_common import IDLE_POLL_S, LoopTimer, Wakeup, in_its_loop, no_curve, shadow
 from .lifetime import check_context, close_at_exit, not_picklable, track
+from .outbox import send_all
 
 log = logging.getLogger("nakflow.live.async_sender")
 
@@ -230,8 +231,7 @@ class AsyncSender:
         """Send what the core hands out, pass its events on, re-arm its timer, make sure a
         task reads feedback."""
         core = self.core
-        for buf in core.frames_to_send():
-            self._pub.send(buf)
+        send_all(core, self._pub)
         while (event := core.next_event()) is not None:
             log.log(log_level(event), "sender %s: %s", core.sender_id, event)
             if self._on_event is not None:

@@ -28,6 +28,7 @@ from ..wire import SenderKey
 from .delivery_queue import DeliveryQueue
 from .lateness import Lateness
 from .lifetime import check_context, check_senders, closed_before_done, not_picklable, track
+from .outbox import send_all
 
 __all__ = ["OVERFLOW_POLICIES", "Message", "Receiver"]
 
@@ -319,9 +320,8 @@ class Receiver:
         self._transmit()
 
     def _transmit(self) -> None:
-        send, core = self._fb.send, self.core
-        for buf in core.frames_to_send():
-            send(buf)
+        core = self.core
+        send_all(core, self._fb)
         while (event := core.next_event()) is not None:
             log.info("receiver %s: %s", core.receiver_id, event)
             if self._on_event is not None:

@@ -39,6 +39,7 @@ from ..core.sender_core import SenderCore
 from ..events import Event, log_level
 from ..policy.rate_memory import RATE_MEMORY
 from .lifetime import check_context, close_at_exit, not_picklable, track
+from .outbox import send_all
 
 log = logging.getLogger("nakflow.live.sender")
 FEEDBACK_CHECK_S = 0.001  # how often a sender that is not waiting looks at feedback
@@ -251,9 +252,7 @@ class Sender:
         return default if t is None else t
 
     def _transmit(self) -> None:
-        send = self._pub.send
-        for buf in self.core.frames_to_send():
-            send(buf)
+        send_all(self.core, self._pub)
         while (event := self.core.next_event()) is not None:
             log.log(log_level(event), "sender %s: %s", self.core.sender_id, event)
             if self._on_event is not None:
@@ -323,35 +322,42 @@ class Sender:
         if os.getpid() != self._pid:  # a forked copy must not touch the parent's sockets
             self._closed = True
             return True
-        if not self._lock.acquire(timeout=lock_s):
-            return False
-        try:
-            self._closed = True
-            core = self.core
+        if lock_s < 0:
+            with self._lock:  # not acquire(): a signal's exception as it returned (where
+                self._finish_locked(linger_s, end)  # CPython runs handlers) left the lock
+        elif self._lock.acquire(timeout=lock_s):  # held for good; at exit only
             try:
-                now = time.monotonic()
-                core.close(now) if end else core.abort(now)
-                self._transmit()
-                try:
-                    while not core.closed:
-                        self._service(now, max(0.0, self._timer_at(now) - now))
-                        now = time.monotonic()
-                except BaseException:  # a signal (KeyboardInterrupt) inside the wait: the
-                    core.abort(time.monotonic())  # close ends here, its report says who
-                    self._transmit()  # was still waited for, and BYE goes out
-                    raise
+                self._finish_locked(linger_s, end)
             finally:
-                self._next_fb_check = math.inf  # a send after close reaches the core, which
-                if self._watch is not None:  # refuses it, not the closed sockets
-                    self._watch.close()
-                self._pub.close(None if linger_s is None else int(linger_s * 1000))
-                self._sub.close(0)
-        finally:
-            self._lock.release()
+                self._lock.release()
+        else:
+            return False
         self._wake_timer()
         if self._timer is not threading.current_thread():
             self._timer.join(1.0)
         return True
+
+    def _finish_locked(self, linger_s: float | None, end: bool) -> None:
+        self._closed = True
+        core = self.core
+        try:
+            try:
+                now = time.monotonic()
+                core.close(now) if end else core.abort(now)
+                self._transmit()
+                while not core.closed:
+                    self._service(now, max(0.0, self._timer_at(now) - now))
+                    now = time.monotonic()
+            except BaseException:  # a signal (KeyboardInterrupt) inside the close: it ends
+                core.abort(time.monotonic())  # here, its report says who was still waited
+                self._transmit()  # for; what was due goes (END too), then BYE
+                raise
+        finally:
+            self._next_fb_check = math.inf  # a send after close reaches the core, which
+            if self._watch is not None:  # refuses it, not the closed sockets
+                self._watch.close()
+            self._pub.close(None if linger_s is None else int(linger_s * 1000))
+            self._sub.close(0)
 
     def __enter__(self) -> Sender:
         return self

@@ -99,6 +99,12 @@ class Endpoint:
         out, self.outbox = self.outbox, []
         return out
 
+    def unsent(self, frames: list[bytes]) -> None:
+        """Frames of ``frames_to_send`` the driver did not send (an exception stopped it
+        part way): they are due again, first."""
+        if frames:
+            self.outbox[:0] = frames
+
     def next_event(self) -> Event | None:
         """The oldest event not yet taken (None: none)."""
         return self._events.popleft() if self._events else None
