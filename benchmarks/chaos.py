@@ -25,6 +25,9 @@ violation is any of:
   + lost + beyond_history + missed_before_join (nothing unaccounted, nothing silent);
 * a stream a sender finished (its report says how many it sent) that a receiver alive
   all through it does not report, or reports with another final seq;
+* over tcp, a stream whose sender was stopped part way (SIGTERM: no END) that a receiver
+  alive all through it did not hear to the last seq its sender counted as sent, or heard
+  with a gap;
 * in ack, a message dropped by a full queue or lost in flight at a receiver that was up
   before the stream began (one that joins mid-stream may take a burst before the
   sender hears its first credit: reported, not a violation).
@@ -430,6 +433,23 @@ def check(rnd: Round) -> tuple[dict[str, Any], list[str], list[str]]:
                 bad.append(f"{rx.name}: never reports {key[0]}/{key[1]} ({sent} sent, "
                            f"t={tx.started:.2f}-{tx.ended:.2f} s), though it was up all "
                            "through")
+        if rnd.transport == "tcp":  # nothing is lost in flight: a sender stopped part way
+            # (SIGTERM) sent what it counted before its BYE, and a receiver up all through
+            # it heard every seq of it (a signal's exception once lost a frame with its seqs)
+            by_key = {(st["sender"], st["epoch"]): st for st in rx.report["senders"]}
+            for tx in rnd.past_senders:
+                r = tx.stopped_report
+                if r is None or not r["sent"] or not up_through(rx, tx):
+                    continue
+                key = (r["sender_id"], r["epoch"])
+                st = by_key.get(key)
+                if st is None or st["next_seq"] != r["sent"] or st["lost"]:
+                    d = took.get(key, {})
+                    bad.append(f"{rx.name} {key[0]}/{key[1]}: its sender, stopped by SIGTERM, "
+                               f"sent {r['sent']}, and this receiver up all through it "
+                               + ("never reports it" if st is None else
+                                  f"heard up to seq {st['next_seq']} with {st['lost']} lost; "
+                                  + _trace(rnd, key, st, d)))
     row["violations"] = len(bad)
     return row, bad, short
 

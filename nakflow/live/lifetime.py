@@ -16,9 +16,13 @@ exit as ``abort`` does: what it admitted goes out, then BYE, and a warning names
 the frame it still held was lost in silence (a script that sent 500 and exited: 373
 arrived) and its receivers waited ``sender_gone_s`` to take it as gone.
 pyzmq does not terminate contexts at exit, so what a closed socket still holds dies with
-the process's I/O thread: a context left with no open socket is terminated, which waits
-for them to send it (up to their linger, 2 s); one with sockets the program left open is
-not (terminating it would wait for them for ever). The term runs in a thread given 3 s:
+the process's I/O thread: a sender's context (one it left or one closed or aborted before
+the exit) left with no open socket is terminated, which waits for them to send it (up to
+their linger, 2 s); one with sockets the program left open is not (terminating it would
+wait for them for ever). Before, only a sender left at exit had its context terminated:
+one aborted just before (``nakflow send`` stopped by SIGTERM) lost its last frame and
+BYE with the I/O thread at a receiver that was slow to take them (a chaos run: 4 of
+16,299 short). The term runs in a thread given 3 s:
 a socket pyzmq does not list (made by ``zmq.Socket(ctx, ...)``) could still hold it, and
 the exit must not hang. A sender whose send waits in another thread holds its lock: it is
 left as it is after 1 s, with a warning.
@@ -51,6 +55,7 @@ log = logging.getLogger("nakflow.live.sender")
 _MADE: weakref.WeakSet[Any] = weakref.WeakSet()  # refused in a forked child
 _FORKED: dict[type, type] = {}
 _OPEN: weakref.WeakSet[Any] = weakref.WeakSet()  # senders to abort at exit
+_CONTEXTS: weakref.WeakSet[Any] = weakref.WeakSet()  # senders' contexts, terminated at exit
 
 
 def track(obj: Any, refused: Sequence[str]) -> None:
@@ -63,8 +68,10 @@ def track(obj: Any, refused: Sequence[str]) -> None:
 def close_at_exit(sender: Any) -> None:
     """``sender`` is aborted at interpreter exit unless it was closed: its
     ``_leave_at_exit()`` says None (closed already, or a forked copy), False (a send holds
-    it) or True (it left as ``abort`` does); its ``_ctx`` is the context to terminate."""
+    it) or True (it left as ``abort`` does); its ``_ctx`` is the context to terminate,
+    closed or not (what its closed sockets still hold goes)."""
     _OPEN.add(sender)
+    _CONTEXTS.add(sender._ctx)
 
 
 def closed_before_done(receiver_id: str, finished: int, senders: int,
@@ -178,6 +185,7 @@ def _in_forked_child() -> None:
         obj.__class__ = _forked_class(type(obj), obj._refused_after_fork)
     _MADE.clear()
     _OPEN.clear()  # the parent's to close
+    _CONTEXTS.clear()  # the parent's (its I/O threads are not in the child)
 
 
 def _abort_at_exit() -> None:
@@ -204,6 +212,7 @@ def _abort_at_exit() -> None:
                     "stream", tx.sender_id, closing)
         if tx._ctx not in contexts:
             contexts.append(tx._ctx)
+    contexts += [ctx for ctx in list(_CONTEXTS) if ctx not in contexts]
     for ctx in contexts:
         sockets = getattr(ctx, "_sockets", None)
         if sockets is not None and not ctx.closed and all(s.closed for s in list(sockets)):
